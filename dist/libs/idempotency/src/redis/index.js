@@ -1,0 +1,2 @@
+export const REDIS = 'redis';
+//# sourceMappingURL=index.js.map
