@@ -1,1 +1,31 @@
-export const HELLO = 'core';
+/**
+ * `@app/idempotency`: the core. Redis and TypeORM stores live behind their own entry points
+ * (`@app/idempotency/redis`, `@app/idempotency/typeorm`), so this one imports neither.
+ */
+export { IdempotencyModule } from './idempotency.module.js';
+export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyOptionsFactory } from './idempotency.module-definition.js';
+export * from './idempotency.constants.js';
+export { resolvePolicy, type ResolvedPolicy, type ResolvedModuleSettings } from './idempotency.options.js';
+export * from './interfaces/index.js';
+export * from './decorators/index.js';
+export { IdempotencyInterceptor, type ResolvedScope } from './interceptors/idempotency.interceptor.js';
+export {
+  IdempotencyService,
+  IdempotencyClaim,
+  type BeginRequest,
+  type BeginResult,
+  type FinishResult,
+} from './engine/idempotency.service.js';
+export { IdempotencyContextRef } from './engine/idempotency-context.js';
+export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
+export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } from './engine/idempotency-key.parser.js';
+export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';
+export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
+export { newOwnerToken } from './engine/owner-token.js';
+export { IdempotencyStore, type ClaimRequest, type ClaimResult } from './stores/idempotency-store.js';
+export { MemoryIdempotencyStore } from './stores/memory-idempotency.store.js';
+export * from './errors/idempotency.exceptions.js';
+export * from './errors/idempotency-outcome.errors.js';
+export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
+export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
+export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';

@@ -1,0 +1,22 @@
+import { applyDecorators, UseFilters, UseInterceptors } from '@nestjs/common';
+import { IdempotencyProblemFilter } from '../errors/problem-details.filter.js';
+import { IdempotentRoute } from '../idempotency.metadata.js';
+import { IdempotencyInterceptor } from '../interceptors/idempotency.interceptor.js';
+import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
+
+/**
+ * Makes a route (or every route of a controller) safe to retry with an `Idempotency-Key`
+ * (CONTRACT B.1). Options override the module's, field by field.
+ *
+ * @example
+ * @Post()
+ * @Idempotent({ required: true, operation: 'orders.create' })
+ * create(@Body() dto: CreateOrderDto, @IdempotencyContext() idem: IdempotencyContextRef) {}
+ * @publicApi
+ */
+export const Idempotent = (options: IdempotentOptions = {}) =>
+  applyDecorators(
+    IdempotentRoute(options),
+    UseInterceptors(IdempotencyInterceptor),
+    UseFilters(IdempotencyProblemFilter),
+  );

@@ -1,0 +1,55 @@
+import type { OutcomeOverride } from './outcome-policy.js';
+import type { IdempotencyClaim } from './idempotency.service.js';
+import { derivedKey } from './scoped-key.js';
+
+/**
+ * What a handler may know about the claim it runs under (DESIGN "Beyond HTTP"). Obtain it with
+ * `@IdempotencyContext()`; it is undefined when the request carries no key on an optional route.
+ *
+ * @publicApi
+ */
+export class IdempotencyContextRef {
+  private forcedOutcome?: OutcomeOverride;
+
+  constructor(private readonly claim: IdempotencyClaim) {}
+
+  /** Hash of the scoped key: safe to log, never the raw client key. */
+  get keyHash(): string {
+    return this.claim.scoped.id;
+  }
+  /** Token of this claim; a takeover issues a new one. */
+  get ownerToken(): string {
+    return this.claim.ownerToken;
+  }
+  /** 1 for the first claim of the record, +1 for each takeover: pass it to systems that fence writes. */
+  get fencingToken(): number {
+    return this.claim.fencingToken;
+  }
+  /** True when this run took over a dead lease, i.e. an earlier run may have been interrupted. */
+  get tookOver(): boolean {
+    return this.claim.tookOver;
+  }
+  /** True once the claim was lost (a renewal was refused): its result will not be stored. */
+  get lost(): boolean {
+    return this.claim.lost;
+  }
+
+  /**
+   * A key for a downstream system (a payment provider, another idempotent API), stable across
+   * retries of the same request and distinct per `name`, so the downstream call deduplicates
+   * even when this handler runs again after a crash (CONTRACT B.7 rule 17).
+   */
+  derivedKey(name: string): string {
+    return derivedKey(this.claim.scoped, name);
+  }
+
+  /** Forces what becomes of this response: `store` or `release` (CONTRACT B.7 rule 19). */
+  setOutcome(outcome: OutcomeOverride): void {
+    this.forcedOutcome = outcome;
+  }
+
+  /** @internal */
+  get outcome(): OutcomeOverride | undefined {
+    return this.forcedOutcome;
+  }
+}

@@ -1,0 +1,107 @@
+import { HttpException } from '@nestjs/common';
+
+/**
+ * An RFC 9457 problem body. `type` is the primary identifier; `code` is the stable snake_case
+ * id for clients that prefer codes (CONTRACT B.11).
+ *
+ * @publicApi
+ */
+export interface ProblemDetails {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  code: string;
+  [extension: string]: unknown;
+}
+
+/** The problem kinds of CONTRACT B.11, plus `idempotency-scope-unresolved` (rule 13). */
+export type IdempotencyProblemKind =
+  | 'idempotency-key-missing'
+  | 'idempotency-key-invalid'
+  | 'idempotency-key-reused'
+  | 'idempotency-request-in-progress'
+  | 'idempotency-store-unavailable'
+  | 'idempotency-replay-unavailable'
+  | 'idempotency-outcome-unknown'
+  | 'idempotency-scope-unresolved';
+
+const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; detail: string }> = {
+  'idempotency-key-missing': {
+    status: 400,
+    title: 'Idempotency-Key is missing',
+    detail: 'This operation requires an Idempotency-Key header. Send a unique key (a UUID is recommended) and reuse it when you retry.',
+  },
+  'idempotency-key-invalid': {
+    status: 400,
+    title: 'Idempotency-Key is invalid',
+    detail: 'The Idempotency-Key header is not a valid key. Send a string of 1 to 255 visible ASCII characters, for example a UUID.',
+  },
+  'idempotency-key-reused': {
+    status: 422,
+    title: 'Idempotency-Key is already used',
+    detail: 'This Idempotency-Key was already used with a different request payload for this operation. Use a new key for a new request.',
+  },
+  'idempotency-request-in-progress': {
+    status: 409,
+    title: 'A request is outstanding for this Idempotency-Key',
+    detail: 'A request with the same Idempotency-Key for the same operation is still being processed. Retry later with the same key and the same payload.',
+  },
+  'idempotency-store-unavailable': {
+    status: 503,
+    title: 'Idempotency store unavailable',
+    detail: 'The request was not processed because its Idempotency-Key could not be checked. Retry later with the same key and the same payload.',
+  },
+  'idempotency-replay-unavailable': {
+    status: 409,
+    title: 'Original response cannot be replayed',
+    detail: 'The request with this Idempotency-Key was completed, but its response was too large or streamed and was not stored. Do not retry: look the result up instead.',
+  },
+  'idempotency-outcome-unknown': {
+    status: 500,
+    title: 'Outcome of the original request is unknown',
+    detail: 'The original request with this Idempotency-Key stopped before it finished, and whether it took effect is unknown. Check the resource before you send a new request with a new key.',
+  },
+  'idempotency-scope-unresolved': {
+    status: 500,
+    title: 'Idempotency scope cannot be resolved',
+    detail: 'The server could not determine whom this Idempotency-Key belongs to. This is a server configuration error.',
+  },
+};
+
+/** The problem body of `kind`, with the `type` URI under `baseUri` (which ends with '/'). */
+export function buildProblem(
+  kind: IdempotencyProblemKind,
+  baseUri: string,
+  overrides: { status?: number; extensions?: Record<string, unknown> } = {},
+): ProblemDetails {
+  const def = PROBLEMS[kind];
+  return {
+    type: `${baseUri}${kind}`,
+    title: def.title,
+    status: overrides.status ?? def.status,
+    detail: def.detail,
+    code: kind.replaceAll('-', '_'),
+    ...overrides.extensions,
+  };
+}
+
+/**
+ * Every error the idempotency layer answers itself. Its response is the problem body, and
+ * `headers` are the ones the response must carry (`Retry-After`, the key echo, ...);
+ * `IdempotencyProblemFilter` writes both with `Content-Type: application/problem+json`.
+ *
+ * @publicApi
+ */
+export class IdempotencyProblemException extends HttpException {
+  constructor(
+    readonly problem: ProblemDetails,
+    readonly headers: Readonly<Record<string, string>>,
+  ) {
+    super(problem, problem.status, { errorCode: problem.code });
+  }
+
+  get kind(): IdempotencyProblemKind {
+    return this.problem.code.replaceAll('_', '-') as IdempotencyProblemKind;
+  }
+}

@@ -1,0 +1,22 @@
+import { Module } from '@nestjs/common';
+import { IdempotencyService } from './engine/idempotency.service.js';
+import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
+import { IdempotencyModuleBase } from './idempotency.module-definition.js';
+import { settingsProvider, storeProvider } from './idempotency.providers.js';
+import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
+import { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
+import { IdempotencyStore } from './stores/idempotency-store.js';
+
+/**
+ * Makes handlers safe to retry. Register it once with `forRoot()` or `forRootAsync()`, then mark
+ * routes with `@Idempotent()`.
+ *
+ * @example
+ * IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(process.env.REDIS_URL!), tenant: (req) => req.headers['x-tenant-id'] as string })
+ * @publicApi
+ */
+@Module({
+  providers: [settingsProvider, storeProvider, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
+  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
+})
+export class IdempotencyModule extends IdempotencyModuleBase {}

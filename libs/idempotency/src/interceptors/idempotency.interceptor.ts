@@ -1,0 +1,398 @@
+import {
+  HttpException,
+  Inject,
+  Injectable,
+  Logger,
+  type CallHandler,
+  type ExecutionContext,
+  type NestInterceptor,
+} from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { createHash } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import { from, lastValueFrom, of, type Observable } from 'rxjs';
+import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
+import { computeFingerprint } from '../engine/fingerprint.js';
+import { IdempotencyContextRef } from '../engine/idempotency-context.js';
+import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
+import { IdempotencyService, type IdempotencyClaim } from '../engine/idempotency.service.js';
+import { replayableHeaders } from '../engine/replayable-headers.js';
+import { buildScopedKey, type ScopedKey } from '../engine/scoped-key.js';
+import {
+  buildProblem,
+  IdempotencyProblemException,
+  type IdempotencyProblemKind,
+} from '../errors/idempotency.exceptions.js';
+import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
+import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
+import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
+import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
+import type { IdempotencyHttpRequest, IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import { ResponseCapture, type CapturedResponse } from './response-capture.js';
+
+/** The request as Express and Fastify hand it over; only what the adapter reads. */
+type HttpRequest = IdempotencyHttpRequest & {
+  url?: string;
+  originalUrl?: string;
+  params?: Record<string, string>;
+  body?: unknown;
+  rawBody?: Buffer;
+  route?: { path?: unknown };
+  baseUrl?: string;
+  routeOptions?: { url?: string };
+  raw?: { url?: string };
+};
+
+/** The response as Express (a `ServerResponse`) or Fastify (a reply around one) hands it over. */
+type HttpResponse = { raw?: ServerResponse } & Partial<ServerResponse>;
+
+type HandlerOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
+export interface ResolvedScope {
+  scoped: ScopedKey;
+  operation: string;
+  /** Dimensions left out of the identity, compared through the fingerprint (CONTRACT B.3 rule 12). */
+  fingerprintExtras: Record<string, string>;
+}
+
+/**
+ * The HTTP adapter of the engine (CONTRACT B.1–B.11): reads the key, resolves the scope,
+ * fingerprints the request, then replays, rejects, or runs the handler once and stores what it
+ * answered. Subclass it and override the `protected` hooks to change how a request is read.
+ *
+ * @publicApi
+ */
+@Injectable()
+export class IdempotencyInterceptor implements NestInterceptor {
+  protected readonly logger = new Logger('Idempotency');
+  private readonly policies = new WeakMap<object, ResolvedPolicy | null>();
+  private warnedNoRawBody = false;
+
+  constructor(
+    protected readonly reflector: Reflector,
+    protected readonly engine: IdempotencyService,
+    @Inject(IDEMPOTENCY_SETTINGS) protected readonly settings: ResolvedModuleSettings,
+  ) {}
+
+  async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+    if (context.getType() !== 'http') return next.handle();
+    const policy = this.policyOf(context);
+    const request = context.switchToHttp().getRequest<HttpRequest>();
+    if (!policy || !policy.methodSet.has(request.method.toUpperCase())) return next.handle();
+
+    const parsed = this.getKey(request, policy);
+    if (parsed.kind === 'missing') {
+      if (policy.required) throw this.problem('idempotency-key-missing');
+      return next.handle();
+    }
+    if (parsed.kind === 'invalid') {
+      throw this.problem('idempotency-key-invalid', { extensions: { reason: parsed.reason } });
+    }
+    const echo = policy.echoKey ? this.receivedKey(request) : undefined;
+    const scope = await this.getScope(request, policy, parsed.key);
+    const fingerprint = await this.getFingerprint(request, policy, scope);
+
+    let begun;
+    try {
+      begun = await this.engine.begin({ scoped: scope.scoped, fingerprint, policy });
+    } catch (error) {
+      if (!(error instanceof IdempotencyStoreError)) throw error;
+      if (policy.onStoreError === 'fail-open') {
+        this.logger.warn(`store unavailable, running unprotected (fail-open) key=${scope.scoped.id}: ${error.message}`);
+        return next.handle();
+      }
+      this.logger.error(`store unavailable, request refused (fail-closed) key=${scope.scoped.id}: ${error.message}`);
+      throw this.problem('idempotency-store-unavailable', { echo, retryAfterSeconds: 1 });
+    }
+
+    switch (begun.kind) {
+      case 'claimed':
+        return this.run(context, next, begun.claim, policy, echo);
+      case 'replay':
+        return of(this.replay(begun.response, policy, echo, true));
+      case 'outcome-unknown':
+        return of(this.replay(begun.response, policy, echo, false));
+      case 'mismatch':
+        throw this.problem('idempotency-key-reused', { echo, status: policy.mismatchStatus });
+      case 'in-progress':
+        throw this.problem('idempotency-request-in-progress', { echo, retryAfterSeconds: begun.retryAfterSeconds });
+      case 'replay-unavailable':
+        throw this.problem('idempotency-replay-unavailable', {
+          echo,
+          extensions: { operationCompleted: true },
+          headers: pickHeaders(begun.response.headers, ['location', 'content-location']),
+        });
+    }
+  }
+
+  /** Parses the `Idempotency-Key` field (CONTRACT B.2). */
+  protected getKey(request: HttpRequest, policy: ResolvedPolicy): ParsedKey {
+    return parseIdempotencyKey(request.headers['idempotency-key'], policy);
+  }
+
+  /**
+   * Resolves tenant, principal and operation into the scoped key (CONTRACT B.3). A dimension in
+   * the scope that resolves to nothing falls back to `anonymousScope`, or fails with 500: never a
+   * silent global namespace (rule 13).
+   */
+  protected async getScope(request: HttpRequest, policy: ResolvedPolicy, key: string): Promise<ResolvedScope> {
+    const operation = policy.operation ?? `${request.method.toUpperCase()} ${routeTemplateOf(request)}`;
+    const inScope = new Set(policy.scope);
+    const resolve = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
+      const resolver = this.settings[dimension];
+      const value = resolver ? await resolver(request) : undefined;
+      if (value !== undefined && value !== '') return value;
+      if (!inScope.has(dimension)) return undefined;
+      const bucket = this.settings.anonymousScope ? await this.settings.anonymousScope(request) : undefined;
+      if (bucket !== undefined && bucket !== '') return `anonymous:${bucket}`;
+      this.logger.error(
+        `cannot resolve the ${dimension} of ${operation}: configure IdempotencyModule's \`${dimension}\` resolver or \`anonymousScope\`, or leave '${dimension}' out of the route's scope`,
+      );
+      throw this.problem('idempotency-scope-unresolved');
+    };
+    const tenant = await resolve('tenant');
+    const principal = await resolve('principal');
+    const fingerprintExtras: Record<string, string> = {};
+    if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
+    if (!inScope.has('operation')) fingerprintExtras.operation = operation;
+    return {
+      scoped: buildScopedKey({ operation, tenant, principal, key }, policy.scope),
+      operation,
+      fingerprintExtras,
+    };
+  }
+
+  /** The request fingerprint (CONTRACT B.4), or the route's custom function (rule 16). */
+  protected async getFingerprint(request: HttpRequest, policy: ResolvedPolicy, scope: ResolvedScope): Promise<string> {
+    const option = policy.fingerprint;
+    if (typeof option === 'function') {
+      return createHash('sha256')
+        .update(JSON.stringify(scope.fingerprintExtras))
+        .update('\n')
+        .update(option(request))
+        .digest('base64url');
+    }
+    const url = request.originalUrl ?? request.raw?.url ?? request.url ?? '';
+    const queryAt = url.indexOf('?');
+    const contentType = firstHeader(request.headers['content-type']);
+    return computeFingerprint({
+      method: request.method.toUpperCase(),
+      routeTemplate: routeTemplateOf(request),
+      pathParams: { ...request.params },
+      query: queryAt < 0 ? '' : url.slice(queryAt + 1),
+      contentType,
+      body: this.rawBodyOf(request),
+      headers: (option.headers ?? []).map((name) => [name, (firstHeader(request.headers[name]) ?? '')] as [string, string]),
+      extra: scope.fingerprintExtras,
+      json: option.json,
+    });
+  }
+
+  /**
+   * Builds the replayed response: original status, stored headers and body bytes, plus a fresh
+   * `Date`, the key echo and the replay marker (CONTRACT B.6, B.8). A Web `Response` is the one
+   * result whose status Nest sends as it is.
+   */
+  protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
+    const headers = new Headers();
+    for (const [name, value] of Object.entries(stored.headers)) {
+      if (Array.isArray(value)) value.forEach((v) => headers.append(name, v));
+      else headers.set(name, value);
+    }
+    const body = stored.body ?? Buffer.alloc(0);
+    const nullBodyStatus = stored.statusCode === 204 || stored.statusCode === 205 || stored.statusCode === 304;
+    if (!nullBodyStatus) headers.set('content-length', String(body.length));
+    if (echo !== undefined) headers.set(IDEMPOTENCY_KEY_HEADER, echo);
+    if (replayed || policy.replayHeader.onFresh) headers.set(policy.replayHeader.name, replayMarker(policy, replayed));
+    return new Response(nullBodyStatus || body.length === 0 ? null : body, { status: stored.statusCode, headers });
+  }
+
+  private run(
+    context: ExecutionContext,
+    next: CallHandler,
+    claim: IdempotencyClaim,
+    policy: ResolvedPolicy,
+    echo: string | undefined,
+  ): Observable<unknown> {
+    const http = context.switchToHttp();
+    const request = http.getRequest<HttpRequest>();
+    const response = http.getResponse<HttpResponse>();
+    const raw = (response.raw ?? response) as ServerResponse;
+    const idem = new IdempotencyContextRef(claim);
+    (request as Record<symbol, unknown>)[IDEMPOTENCY_CONTEXT] = idem;
+    if (echo !== undefined) setHeader(response, IDEMPOTENCY_KEY_HEADER, echo);
+    if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
+
+    const routeOutcome = this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]);
+    let thrownOutcome: 'store' | 'release' | undefined;
+    const ownHeaders = new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]);
+
+    const capture = new ResponseCapture(raw, policy.maxStoredResponseBytes, (captured) =>
+      this.settle(claim, this.toStored(captured, ownHeaders), idem.outcome ?? thrownOutcome ?? routeOutcome),
+    );
+
+    // Subscribed here, not by Nest: a client that disconnects makes Nest drop its subscription,
+    // and the handler's result must still settle the claim.
+    const outcome: Promise<HandlerOutcome> = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+      (value) => ({ ok: true, value }),
+      (error: unknown) => ({ ok: false, error }),
+    );
+    raw.once('close', () => {
+      if (!capture.ended) void outcome.then((settled) => this.settleWithoutResponse(claim, settled, raw, ownHeaders, idem));
+    });
+    return from(
+      outcome.then((settled) => {
+        if (settled.ok) return settled.value;
+        thrownOutcome = forcedOutcomeOf(settled.error);
+        throw settled.error;
+      }),
+    );
+  }
+
+  /** Ends the claim with what was sent. A store failure here must not turn a success into an error. */
+  private async settle(claim: IdempotencyClaim, stored: StoredResponse, override?: 'store' | 'release'): Promise<void> {
+    try {
+      await this.engine.finish(claim, stored, override);
+    } catch (error) {
+      this.logger.error(
+        `could not record the outcome key=${claim.scoped.id} status=${stored.statusCode}: ${(error as Error).message}; the claim's lease lapses and a retry takes over`,
+      );
+    }
+  }
+
+  /**
+   * The client went away before anything was sent, so Nest sends nothing. A handler that
+   * succeeded still took effect: record its result serialized as the platform would have sent
+   * it. A handler that failed releases the key.
+   */
+  private async settleWithoutResponse(
+    claim: IdempotencyClaim,
+    settled: HandlerOutcome,
+    raw: ServerResponse,
+    ownHeaders: ReadonlySet<string>,
+    idem: IdempotencyContextRef,
+  ): Promise<void> {
+    if (!settled.ok) {
+      const status = settled.error instanceof HttpException ? settled.error.getStatus() : 500;
+      const override = idem.outcome ?? forcedOutcomeOf(settled.error);
+      if (override === 'store' || status < 500) this.logger.warn(`client gone before an error response was written key=${claim.scoped.id}: key released`);
+      await this.engine.abandon(claim).catch(() => undefined);
+      return;
+    }
+    const { value } = settled;
+    const headers = { ...raw.getHeaders() };
+    let body: Buffer;
+    if (value === undefined || value === null) body = Buffer.alloc(0);
+    else if (Buffer.isBuffer(value)) body = value;
+    else if (typeof value === 'object') {
+      body = Buffer.from(JSON.stringify(value));
+      headers['content-type'] ??= 'application/json; charset=utf-8';
+    } else body = Buffer.from(String(value));
+    const captured: CapturedResponse = { statusCode: raw.statusCode, headers, body, bodyOmitted: false };
+    await this.settle(claim, this.toStored(captured, ownHeaders), idem.outcome);
+  }
+
+  private toStored(captured: CapturedResponse, ownHeaders: ReadonlySet<string>): StoredResponse {
+    const headers = replayableHeaders(captured.headers, ownHeaders);
+    return captured.bodyOmitted
+      ? { statusCode: captured.statusCode, headers, bodyOmitted: true }
+      : { statusCode: captured.statusCode, headers, body: captured.body };
+  }
+
+  private rawBodyOf(request: HttpRequest): Buffer | undefined {
+    if (Buffer.isBuffer(request.rawBody)) return request.rawBody;
+    const { body } = request;
+    if (body === undefined || body === null) return undefined;
+    if (!this.warnedNoRawBody) {
+      this.warnedNoRawBody = true;
+      this.logger.warn(
+        'request.rawBody is missing: fingerprints fall back to the parsed body, which loses number spelling (1 vs 1.0). Create the app with NestFactory.create(AppModule, { rawBody: true }).',
+      );
+    }
+    if (Buffer.isBuffer(body)) return body;
+    return Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+  }
+
+  private policyOf(context: ExecutionContext): ResolvedPolicy | null {
+    const handler = context.getHandler();
+    let policy = this.policies.get(handler);
+    if (policy === undefined) {
+      const route: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [
+        handler,
+        context.getClass(),
+      ]);
+      policy = route ? resolvePolicy(this.settings.policyOptions, route) : null;
+      this.policies.set(handler, policy);
+    }
+    return policy;
+  }
+
+  /** The received field value, verbatim, for the echo (CONTRACT B.6). */
+  private receivedKey(request: HttpRequest): string {
+    const value = request.headers['idempotency-key'];
+    return Array.isArray(value) ? value.join(', ') : (value ?? '');
+  }
+
+  private problem(
+    kind: IdempotencyProblemKind,
+    options: {
+      echo?: string;
+      status?: number;
+      retryAfterSeconds?: number;
+      extensions?: Record<string, unknown>;
+      headers?: Record<string, string>;
+    } = {},
+  ): IdempotencyProblemException {
+    const { problemTypeBaseUri, problemLanguage, docsUrl } = this.settings;
+    const headers: Record<string, string> = {
+      'Content-Language': problemLanguage,
+      'Cache-Control': 'no-store',
+      ...options.headers,
+    };
+    if (docsUrl) headers.Link = `<${docsUrl}>; rel="describedby"; type="text/html"`;
+    if (options.retryAfterSeconds !== undefined) headers['Retry-After'] = String(options.retryAfterSeconds);
+    if (options.echo !== undefined) headers[IDEMPOTENCY_KEY_HEADER] = options.echo;
+    return new IdempotencyProblemException(
+      buildProblem(kind, problemTypeBaseUri, { status: options.status, extensions: options.extensions }),
+      headers,
+    );
+  }
+}
+
+function replayMarker(policy: ResolvedPolicy, replayed: boolean): string {
+  if (policy.replayHeader.format === 'sf-boolean') return replayed ? '?1' : '?0';
+  return replayed ? 'true' : 'false';
+}
+
+/** `POST /orders/:id`-style template: Express keeps it on `req.route`, Fastify on `routeOptions`. */
+function routeTemplateOf(request: HttpRequest): string {
+  if (request.routeOptions?.url) return request.routeOptions.url;
+  const path = request.route?.path;
+  if (typeof path === 'string') return `${request.baseUrl ?? ''}${path}`;
+  const url = request.originalUrl ?? request.url ?? '';
+  const queryAt = url.indexOf('?');
+  return queryAt < 0 ? url : url.slice(0, queryAt);
+}
+
+function firstHeader(value: string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+function setHeader(response: HttpResponse, name: string, value: string): void {
+  const reply = response as { header?: (n: string, v: string) => unknown };
+  if (typeof reply.header === 'function' && response.raw) reply.header(name, value);
+  else (response as ServerResponse).setHeader(name, value);
+}
+
+function pickHeaders(headers: Record<string, string | string[]>, names: string[]): Record<string, string> {
+  const picked: Record<string, string> = {};
+  for (const name of names) {
+    const value = headers[name];
+    if (value !== undefined) picked[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  return picked;
+}

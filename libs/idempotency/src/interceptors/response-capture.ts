@@ -1,0 +1,154 @@
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+
+/** What was about to be sent: status, every header, and the body bytes unless they overflowed. */
+export interface CapturedResponse {
+  statusCode: number;
+  headers: OutgoingHttpHeaders;
+  /** The body as written, or undefined when it outgrew the limit (then `bodyOmitted`). */
+  body?: Buffer;
+  bodyOmitted: boolean;
+}
+
+type WriteHead = ServerResponse['writeHead'];
+type Write = (chunk: unknown, ...rest: unknown[]) => boolean;
+type End = (...args: unknown[]) => ServerResponse;
+
+/**
+ * Holds back what a response writes (status line, headers, body) until `onEnd` has finished, so
+ * the record is stored before the client can see the answer, and the stored bytes are exactly
+ * the bytes sent, whichever exception filter or serializer produced them, on Express and Fastify
+ * alike (both write to Node's `ServerResponse`).
+ *
+ * A body that outgrows `limitBytes` is streamed through at once and recorded as omitted.
+ */
+export class ResponseCapture {
+  private headArgs?: Parameters<WriteHead>;
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private overflowed = false;
+  private endCalled = false;
+
+  private readonly originalWriteHead: WriteHead;
+  private readonly originalWrite: Write;
+  private readonly originalEnd: End;
+
+  constructor(
+    private readonly raw: ServerResponse,
+    private readonly limitBytes: number,
+    private readonly onEnd: (captured: CapturedResponse) => Promise<void>,
+  ) {
+    this.originalWriteHead = raw.writeHead;
+    this.originalWrite = raw.write as unknown as Write;
+    this.originalEnd = raw.end as unknown as End;
+    const patched = raw as unknown as Record<'writeHead' | 'write' | 'end', unknown>;
+    patched.writeHead = (...args: Parameters<WriteHead>) => {
+      this.headArgs = args;
+      return raw;
+    };
+    patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) => {
+      this.append(chunk, encoding);
+      if (typeof callback === 'function') process.nextTick(callback as () => void);
+      else if (typeof encoding === 'function') process.nextTick(encoding as () => void);
+      return true;
+    };
+    patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) => {
+      if (typeof chunk === 'function') return this.finish(undefined, undefined, chunk);
+      if (typeof encoding === 'function') return this.finish(chunk, undefined, encoding);
+      return this.finish(chunk, encoding, callback);
+    };
+  }
+
+  /** True once the response was ended by whoever wrote it. */
+  get ended(): boolean {
+    return this.endCalled;
+  }
+
+  private append(chunk: unknown, encoding: unknown): void {
+    if (chunk === undefined || chunk === null) return;
+    const buffer = Buffer.isBuffer(chunk)
+      ? chunk
+      : chunk instanceof Uint8Array
+        ? Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength)
+        : Buffer.from(String(chunk), typeof encoding === 'string' ? (encoding as BufferEncoding) : 'utf8');
+    if (this.overflowed) {
+      this.originalWrite.call(this.raw, buffer);
+      return;
+    }
+    this.chunks.push(buffer);
+    this.size += buffer.length;
+    if (this.size > this.limitBytes) this.overflow();
+  }
+
+  /** Too large to keep: send what we hold and let the rest stream through unrecorded. */
+  private overflow(): void {
+    this.overflowed = true;
+    this.flushHead();
+    for (const chunk of this.chunks) this.originalWrite.call(this.raw, chunk);
+    this.chunks = [];
+    this.restoreWrite();
+  }
+
+  private finish(chunk: unknown, encoding: unknown, callback: unknown): ServerResponse {
+    if (this.endCalled) return this.raw;
+    this.endCalled = true;
+    this.append(chunk, encoding);
+    const captured = this.snapshot();
+    const send = () => {
+      this.restoreAll();
+      if (!this.overflowed) this.flushHead();
+      const body = this.overflowed ? undefined : Buffer.concat(this.chunks);
+      this.chunks = [];
+      this.originalEnd.call(this.raw, body, callback);
+    };
+    this.onEnd(captured).then(send, send);
+    return this.raw;
+  }
+
+  private snapshot(): CapturedResponse {
+    const headers: OutgoingHttpHeaders = { ...this.raw.getHeaders() };
+    let statusCode = this.raw.statusCode;
+    if (this.headArgs) {
+      const [code, second, third] = this.headArgs as unknown as [number, unknown, unknown];
+      statusCode = code;
+      const extra = typeof second === 'string' ? third : second;
+      Object.assign(headers, normaliseHeaders(extra));
+    }
+    return {
+      statusCode,
+      headers,
+      body: this.overflowed ? undefined : Buffer.concat(this.chunks),
+      bodyOmitted: this.overflowed,
+    };
+  }
+
+  private flushHead(): void {
+    if (this.headArgs) {
+      (this.originalWriteHead as (...args: unknown[]) => unknown).apply(this.raw, this.headArgs);
+      this.headArgs = undefined;
+    }
+  }
+
+  private restoreWrite(): void {
+    (this.raw as unknown as { write: Write }).write = this.originalWrite;
+  }
+
+  private restoreAll(): void {
+    const raw = this.raw as unknown as { writeHead: WriteHead; write: Write; end: End };
+    raw.writeHead = this.originalWriteHead;
+    raw.write = this.originalWrite;
+    raw.end = this.originalEnd;
+  }
+}
+
+/** `writeHead` takes headers as an object or as a flat `[name, value, name, value]` array. */
+function normaliseHeaders(value: unknown): OutgoingHttpHeaders {
+  if (!value) return {};
+  if (Array.isArray(value)) {
+    const headers: OutgoingHttpHeaders = {};
+    for (let i = 0; i + 1 < value.length; i += 2) headers[String(value[i]).toLowerCase()] = value[i + 1];
+    return headers;
+  }
+  const headers: OutgoingHttpHeaders = {};
+  for (const [name, v] of Object.entries(value as OutgoingHttpHeaders)) headers[name.toLowerCase()] = v;
+  return headers;
+}

@@ -1,0 +1,151 @@
+import type { KeySyntax } from '../engine/idempotency-key.parser.js';
+import type { JsonFingerprintMode } from '../engine/fingerprint.js';
+import type { ScopeDimension } from '../engine/scoped-key.js';
+import type { IdempotencyStore } from '../stores/idempotency-store.js';
+
+/**
+ * The request object of the platform in use (Express `Request` or Fastify `FastifyRequest`).
+ * Resolvers receive it as is.
+ *
+ * @publicApi
+ */
+export type IdempotencyHttpRequest = {
+  headers: Record<string, string | string[] | undefined>;
+  method: string;
+  [key: string]: unknown;
+};
+
+/**
+ * Returns the tenant, the principal or an anonymous bucket of a request. `undefined` means
+ * "cannot be resolved": a protected request then fails with 500 (CONTRACT B.3 rule 13), it never
+ * falls back to a global namespace.
+ *
+ * @publicApi
+ */
+export type ScopeResolver = (request: IdempotencyHttpRequest) => string | undefined | Promise<string | undefined>;
+
+/**
+ * How the request fingerprint is computed (CONTRACT B.4): the built-in canonical fingerprint
+ * with these settings, or a function that replaces it (rule 16).
+ *
+ * @publicApi
+ */
+export type FingerprintOption =
+  | {
+      /** JSON bodies: `lossless` canonical JSON (numbers as written), `jcs` (RFC 8785), or `raw-bytes`. @default 'lossless' */
+      json?: JsonFingerprintMode;
+      /** Request headers that take part in the fingerprint, e.g. an API-version header. @default [] */
+      headers?: string[];
+    }
+  | ((request: IdempotencyHttpRequest) => string | Buffer);
+
+/**
+ * What a duplicate does while the original is still running (CONTRACT B.9 rule 26).
+ *
+ * @publicApi
+ */
+export interface InProgressOptions {
+  /** `reject`: 409 with `Retry-After`. `wait`: wait for the original, then replay it. @default 'reject' */
+  mode?: 'reject' | 'wait';
+  /** In `wait` mode, how long a duplicate waits before it gets the 409, in ms. @default 5000 */
+  maxWaitMs?: number;
+  /** A fixed `Retry-After` in seconds instead of the remaining lease. @default undefined */
+  retryAfterSeconds?: number;
+  /** Upper bound of the computed `Retry-After`, in seconds. @default 5 */
+  maxRetryAfterSeconds?: number;
+}
+
+/**
+ * The replay marker (CONTRACT B.6).
+ *
+ * @publicApi
+ */
+export interface ReplayHeaderOptions {
+  /** Header name, e.g. `Idempotency-Replayed` or `X-Idempotent-Replayed`. @default 'Idempotent-Replayed' */
+  name?: string;
+  /** Also send the header on fresh executions, with the value false. @default false */
+  onFresh?: boolean;
+  /** `boolean`: `true`/`false`. `sf-boolean`: RFC 9651 `?1`/`?0`. @default 'boolean' */
+  format?: 'boolean' | 'sf-boolean';
+}
+
+/**
+ * The part of the policy that a route may override with `@Idempotent({...})`. Every field
+ * defaults to the module's value, which defaults to what is documented here (CONTRACT B.12).
+ *
+ * @publicApi
+ */
+export interface IdempotencyPolicyOptions {
+  /** HTTP methods the layer protects; all others pass through untouched (B.1). @default ['POST', 'PATCH'] */
+  methods?: string[];
+  /** A missing key is a 400 `idempotency-key-missing` instead of running unprotected (B.2 rule 8). @default false */
+  required?: boolean;
+  /** `compat` accepts bare tokens and quoted sf-strings; `sf-string` only the latter (B.2 rule 5). @default 'compat' */
+  keySyntax?: KeySyntax;
+  /** Longest accepted key, in characters after unescaping. @default 255 */
+  maxKeyLength?: number;
+  /** Shortest accepted key, in characters. @default 1 */
+  minKeyLength?: number;
+  /** A pattern the key must match, e.g. UUIDs only. @default undefined */
+  keyPattern?: RegExp;
+  /** What a key is unique within (B.3). With `['tenant']`, principal and operation go into the fingerprint. @default ['tenant', 'principal', 'operation'] */
+  scope?: ScopeDimension[];
+  /** Fingerprint settings or a custom function (B.4). @default { json: 'lossless', headers: [] } */
+  fingerprint?: FingerprintOption;
+  /** Status of the "same key, different payload" problem. @default 422 */
+  mismatchStatus?: 400 | 409 | 422;
+  /** Behaviour towards a duplicate of a running request (B.9). */
+  inProgress?: InProgressOptions;
+  /** Store 5xx responses and replay them (Stripe v1) instead of releasing the key (B.7 rule 18). @default false */
+  storeServerErrors?: boolean;
+  /** Store 4xx responses (except 408, 423, 425, 429) (B.7 rule 20). @default true */
+  storeClientErrors?: boolean;
+  /** How long a record lives from its first claim, in ms (B.10). Must be at least 2 × `leaseMs`. @default 86_400_000 (24 h) */
+  ttlMs?: number;
+  /** How long a claim lives without a heartbeat, in ms (B.9 rule 25). @default 30_000 */
+  leaseMs?: number;
+  /** How often a running handler renews its lease, in ms. Must be less than `leaseMs`. @default 10_000 */
+  heartbeatMs?: number;
+  /** What the first request to find a dead lease does: run again (`takeover`) or store a final 500 (`fail`) (B.9 rules 27, 28). @default 'takeover' */
+  staleLock?: 'takeover' | 'fail';
+  /** The replay marker header. */
+  replayHeader?: ReplayHeaderOptions;
+  /** Echo the received `Idempotency-Key` on responses. @default true */
+  echoKey?: boolean;
+  /** Largest response body stored for replay, in bytes; above it the record keeps no body (B.8 rule 23). @default 1_048_576 */
+  maxStoredResponseBytes?: number;
+  /** `fail-closed`: 503 and the handler does not run when the store fails; `fail-open`: run unprotected (B.10 rule 32). @default 'fail-closed' */
+  onStoreError?: 'fail-closed' | 'fail-open';
+}
+
+/**
+ * Per-route options of `@Idempotent()`.
+ *
+ * @publicApi
+ */
+export interface IdempotentOptions extends IdempotencyPolicyOptions {
+  /** Name of the operation in the scope and fingerprint, e.g. `orders.create`. @default `${METHOD} ${route template}` */
+  operation?: string;
+}
+
+/**
+ * Options of `IdempotencyModule.forRoot()` / `forRootAsync()`.
+ *
+ * @publicApi
+ */
+export interface IdempotencyModuleOptions extends IdempotencyPolicyOptions {
+  /** The fast tier. A store you pass in is yours: the module never closes a client it did not create. @default new MemoryIdempotencyStore() */
+  store?: IdempotencyStore;
+  /** Returns the tenant of a request (B.3). @default undefined: a scope that includes 'tenant' cannot be resolved */
+  tenant?: ScopeResolver;
+  /** Returns the authenticated principal of a request (B.3). @default the `id` or `sub` of `request.user`, as Passport sets it */
+  principal?: ScopeResolver;
+  /** A bucket for requests whose tenant or principal is missing, e.g. by client IP (B.3 rule 13). @default undefined (such requests fail with 500) */
+  anonymousScope?: ScopeResolver;
+  /** Base of the problem `type` URIs; point it at your published policy page (B.11). @default 'https://api.example.com/problems/' */
+  problemTypeBaseUri?: string;
+  /** Documentation page sent as `Link: <docsUrl>; rel="describedby"` on problems. @default undefined */
+  docsUrl?: string;
+  /** `Content-Language` of problem responses. @default 'en' */
+  problemLanguage?: string;
+}
