@@ -1,0 +1,40 @@
+import { Logger, type LoggerService } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { AppModule } from './app.module.js';
+import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';
+
+/**
+ * Response headers a browser may read. The idempotency layer adds its own here
+ * (`Idempotency-Key`, `Idempotent-Replayed`, `Retry-After`) when it lands.
+ */
+export const CORS_EXPOSED_HEADERS = ['Location'];
+
+export interface CreateOrdersAppOptions {
+  /** A ready configuration; by default it is parsed from `env`. */
+  config?: OrdersConfig;
+  /** @default process.env */
+  env?: NodeJS.ProcessEnv;
+  /** A logger to use instead of Nest's console logger at the configured level (`false`: silent). */
+  logger?: LoggerService | false;
+}
+
+/**
+ * Builds the orders app (connects the database, runs the migrations) without listening, so the
+ * e2e suites can boot the real module in-process and `main.ts` can boot it as a process.
+ * Throws `OrdersConfigError` on bad configuration.
+ */
+export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Promise<NestExpressApplication> {
+  const config = options.config ?? parseOrdersConfig(options.env ?? process.env);
+  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(config), {
+    // The idempotency layer fingerprints the request's exact bytes.
+    rawBody: true,
+    logger: options.logger ?? logLevelsFrom(config.logLevel),
+    // Throw instead of exiting, so callers (and tests) see the error.
+    abortOnError: false,
+  });
+  app.disable('x-powered-by');
+  app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
+  new Logger('OrdersApp').log(describeBackends(config));
+  return app;
+}

@@ -1,0 +1,43 @@
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER, APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { ProblemDetailsFilter } from './common/problem-details/problem-details.filter.js';
+import { TenantGuard } from './common/tenant/tenant.guard.js';
+import { OrdersValidationPipe } from './common/validation/validation.js';
+import { OrdersConfigModule } from './config/orders-config.module.js';
+import type { OrdersConfig } from './config/orders.config.js';
+import { DatabaseModule } from './database/database.module.js';
+import { HealthModule } from './health/health.module.js';
+import { OrdersModule } from './orders/orders.module.js';
+import { PaymentsModule } from './payments/payments.module.js';
+import { RedisModule } from './redis/redis.module.js';
+
+/**
+ * The orders service. Which backends it uses is decided once, in the config
+ * (`parseOrdersConfig`): PostgreSQL or embedded sql.js, Redis or nothing.
+ *
+ * The idempotency layer slots in next to the database: `IdempotencyModule.forRootAsync({
+ * inject: [DataSource, TransactionRunner, ORDERS_CONFIG, { token: REDIS_CLIENT, optional: true }],
+ * useFactory: ... })`, a Redis store on `REDIS_CLIENT` (or the memory store), the durable store
+ * on the `DataSource`, its entity in `ORDERS_ENTITIES` and its migration in `ORDERS_MIGRATIONS`.
+ */
+@Module({})
+export class AppModule {
+  static forRoot(config: OrdersConfig): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        OrdersConfigModule.forRoot(config),
+        DatabaseModule,
+        RedisModule.forRoot(config.fastStore),
+        HealthModule,
+        PaymentsModule,
+        OrdersModule,
+      ],
+      providers: [
+        { provide: APP_FILTER, useClass: ProblemDetailsFilter },
+        { provide: APP_GUARD, useClass: TenantGuard },
+        { provide: APP_PIPE, useClass: OrdersValidationPipe },
+      ],
+    };
+  }
+}

@@ -1,0 +1,184 @@
+import { resolve } from 'node:path';
+import type { LogLevel } from '@nestjs/common';
+
+/**
+ * The one place that reads the environment. Everything else receives an {@link OrdersConfig}
+ * (the `ORDERS_CONFIG` provider), so tests can boot the app with any configuration without
+ * touching `process.env`.
+ */
+
+/** DI token of the validated {@link OrdersConfig}. */
+export const ORDERS_CONFIG = Symbol('ORDERS_CONFIG');
+
+/** Where the orders, items and payments live. */
+export type DatabaseConfig =
+  | {
+      kind: 'postgres';
+      /** `postgres://` or `postgresql://` connection URL, as given. */
+      url: string;
+      /** Schema that holds every table; created at startup when absent. @default 'public' */
+      schema: string;
+    }
+  | {
+      kind: 'embedded';
+      /** Absolute path of the sql.js database file (created on first start). */
+      file: string;
+    };
+
+/** The fast store the idempotency layer will use. */
+export type FastStoreConfig = { kind: 'redis'; url: string } | { kind: 'memory' };
+
+/** The validated configuration of the orders service. */
+export interface OrdersConfig {
+  /** TCP port; `0` picks a free one. @default 3000 */
+  port: number;
+  /** Interface to listen on. @default '0.0.0.0' */
+  host: string;
+  database: DatabaseConfig;
+  fastStore: FastStoreConfig;
+  /** Shared secret of the payment provider's webhook signatures (used by the webhooks issue). */
+  webhookSecret: string | undefined;
+  /** Lowest level that is logged. @default 'log' */
+  logLevel: LogLevel;
+  /** Base URI of every problem `type` (RFC 9457); ends with `/`. @default 'https://api.example.com/problems/' */
+  problemTypeBaseUri: string;
+}
+
+/** Thrown when the environment holds invalid values; the message lists every one of them. */
+export class OrdersConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(
+      `Invalid configuration of the orders service:\n${problems.map((p) => `  - ${p}`).join('\n')}\n` +
+        'Fix these environment variables (see README.md, "Configuration") and start again.',
+    );
+    this.name = this.constructor.name;
+  }
+}
+
+export const DEFAULT_PORT = 3000;
+export const DEFAULT_PROBLEM_TYPE_BASE_URI = 'https://api.example.com/problems/';
+/** Nest's log levels, from the most to the least severe. */
+export const LOG_LEVELS_BY_SEVERITY: readonly LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
+const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+const MIN_WEBHOOK_SECRET_LENGTH = 16;
+
+/**
+ * Reads and validates the configuration from `env` (pure: no I/O but resolving `DATA_DIR`
+ * against `cwd`). Throws {@link OrdersConfigError} listing every bad value at once.
+ */
+export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.cwd()): OrdersConfig {
+  const problems: string[] = [];
+  const value = (name: string): string | undefined => {
+    const raw = env[name];
+    return raw === undefined || raw.trim() === '' ? undefined : raw.trim();
+  };
+
+  const port = parsePort(value('PORT'), problems);
+  const host = value('HOST') ?? '0.0.0.0';
+
+  const databaseUrl = value('DATABASE_URL');
+  const schema = value('DATABASE_SCHEMA');
+  let database: DatabaseConfig;
+  if (databaseUrl !== undefined) {
+    if (!hasProtocol(databaseUrl, ['postgres:', 'postgresql:'])) {
+      problems.push(`DATABASE_URL must be a postgres:// or postgresql:// URL (got ${describeUrl(databaseUrl)})`);
+    }
+    if (schema !== undefined && !SCHEMA_NAME.test(schema)) {
+      problems.push(`DATABASE_SCHEMA must be a lower-case SQL identifier of at most 63 characters (got "${schema}")`);
+    }
+    database = { kind: 'postgres', url: databaseUrl, schema: schema ?? 'public' };
+  } else {
+    if (schema !== undefined) {
+      problems.push('DATABASE_SCHEMA needs DATABASE_URL: the embedded database has no schemas');
+    }
+    database = { kind: 'embedded', file: resolve(cwd, value('DATA_DIR') ?? '.data', 'orders.sqlite') };
+  }
+
+  const redisUrl = value('REDIS_URL');
+  if (redisUrl !== undefined && !hasProtocol(redisUrl, ['redis:', 'rediss:'])) {
+    problems.push(`REDIS_URL must be a redis:// or rediss:// URL (got ${describeUrl(redisUrl)})`);
+  }
+  const fastStore: FastStoreConfig = redisUrl !== undefined ? { kind: 'redis', url: redisUrl } : { kind: 'memory' };
+
+  const webhookSecret = value('WEBHOOK_SECRET');
+  if (webhookSecret !== undefined && webhookSecret.length < MIN_WEBHOOK_SECRET_LENGTH) {
+    problems.push(`WEBHOOK_SECRET must be at least ${MIN_WEBHOOK_SECRET_LENGTH} characters long`);
+  }
+
+  const logLevel = (value('LOG_LEVEL') ?? 'log').toLowerCase();
+  if (!(LOG_LEVELS_BY_SEVERITY as readonly string[]).includes(logLevel)) {
+    problems.push(`LOG_LEVEL must be one of ${LOG_LEVELS_BY_SEVERITY.join(', ')} (got "${logLevel}")`);
+  }
+
+  const problemTypeBaseUri = value('PROBLEM_TYPE_BASE_URI') ?? DEFAULT_PROBLEM_TYPE_BASE_URI;
+  if (!isAbsoluteUri(problemTypeBaseUri) || !problemTypeBaseUri.endsWith('/')) {
+    problems.push(`PROBLEM_TYPE_BASE_URI must be an absolute URI ending with "/" (got "${problemTypeBaseUri}")`);
+  }
+
+  if (problems.length > 0) {
+    throw new OrdersConfigError(problems);
+  }
+  return { port, host, database, fastStore, webhookSecret, logLevel: logLevel as LogLevel, problemTypeBaseUri };
+}
+
+/** The levels Nest should print for a minimum level: `warn` → fatal, error, warn. */
+export function logLevelsFrom(minimum: LogLevel): LogLevel[] {
+  return LOG_LEVELS_BY_SEVERITY.slice(0, LOG_LEVELS_BY_SEVERITY.indexOf(minimum) + 1);
+}
+
+/** The one startup line that says which backends are in use (no passwords). */
+export function describeBackends(config: OrdersConfig): string {
+  const db =
+    config.database.kind === 'postgres'
+      ? `PostgreSQL ${redactUrl(config.database.url)} (schema "${config.database.schema}")`
+      : `embedded sql.js file ${config.database.file}`;
+  const store = config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
+  return `Backends: database = ${db}; fast store = ${store}`;
+}
+
+/** A URL with its password replaced by `***`, for logs and messages. */
+export function redactUrl(raw: string): string {
+  try {
+    const url = new URL(raw);
+    if (url.password !== '') {
+      url.password = '***';
+    }
+    return url.toString();
+  } catch {
+    return '<unparsable URL>';
+  }
+}
+
+function parsePort(raw: string | undefined, problems: string[]): number {
+  if (raw === undefined) {
+    return DEFAULT_PORT;
+  }
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!(port >= 0 && port <= 65535)) {
+    problems.push(`PORT must be an integer from 0 to 65535 (got "${raw}")`);
+    return DEFAULT_PORT;
+  }
+  return port;
+}
+
+function hasProtocol(raw: string, protocols: string[]): boolean {
+  try {
+    return protocols.includes(new URL(raw).protocol);
+  } catch {
+    return false;
+  }
+}
+
+function isAbsoluteUri(raw: string): boolean {
+  try {
+    new URL(raw);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function describeUrl(raw: string): string {
+  const redacted = redactUrl(raw);
+  return redacted === '<unparsable URL>' ? 'a value that is not a URL' : `"${redacted}"`;
+}

@@ -1,0 +1,42 @@
+import type { DataSourceOptions, LoggerOptions } from 'typeorm';
+import type { DatabaseConfig } from '../config/orders.config.js';
+import { Order } from '../orders/order.entity.js';
+import { OrderItem } from '../orders/order-item.entity.js';
+import { Payment } from '../payments/payment.entity.js';
+import { ORDERS_MIGRATIONS } from './migrations/index.js';
+import { atomicFileSaver } from './sqljs-file.js';
+
+/** Entities of the service. The idempotency library's record entity joins this list later. */
+export const ORDERS_ENTITIES = [Order, OrderItem, Payment];
+
+/**
+ * TypeORM options for the configured database. Migrations are run by `migrateDatabase()`
+ * (under an advisory lock), never by `migrationsRun` or `synchronize`.
+ */
+export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOptions {
+  const common = {
+    entities: ORDERS_ENTITIES,
+    migrations: ORDERS_MIGRATIONS,
+    migrationsRun: false,
+    synchronize: false,
+    logging: ['error', 'warn'] as LoggerOptions,
+  };
+  if (database.kind === 'postgres') {
+    return {
+      ...common,
+      type: 'postgres',
+      url: database.url,
+      schema: database.schema,
+      applicationName: 'orders',
+      // Unqualified names in raw SQL (and the migrations table) land in the same schema.
+      extra: { options: `-c search_path=${database.schema}`, connectionTimeoutMillis: 5000 },
+    };
+  }
+  return {
+    ...common,
+    type: 'sqljs',
+    location: database.file,
+    autoSave: true,
+    autoSaveCallback: atomicFileSaver(database.file),
+  };
+}

@@ -1,0 +1,7 @@
+import { CreateOrdersAndPayments1764000000000 } from './1764000000000-create-orders-and-payments.js';
+
+/**
+ * Every migration of the service, oldest first. Run at startup (never `synchronize`).
+ * The idempotency library's durable table joins this list when it lands.
+ */
+export const ORDERS_MIGRATIONS = [CreateOrdersAndPayments1764000000000];

@@ -1,0 +1,12 @@
+import { Module } from '@nestjs/common';
+import { PaymentsModule } from '../payments/payments.module.js';
+import { OrdersController } from './orders.controller.js';
+import { OrdersService } from './orders.service.js';
+
+@Module({
+  imports: [PaymentsModule],
+  controllers: [OrdersController],
+  providers: [OrdersService],
+  exports: [OrdersService],
+})
+export class OrdersModule {}

@@ -1,0 +1,109 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { Clock } from '../common/clock.js';
+import { ProblemException } from '../common/problem-details/problem-details.js';
+import { isUuid } from '../common/tenant/tenant-id.js';
+import { TransactionRunner } from '../database/transaction-runner.js';
+import { PaymentKeyReusedError, PaymentsService } from '../payments/payments.service.js';
+import type { CreateOrderDto } from './dto/create-order.dto.js';
+import { Order } from './order.entity.js';
+import { OrderItem } from './order-item.entity.js';
+import { orderTotalCents } from './order-total.js';
+import { toOrderView, type OrderView } from './order.view.js';
+
+/** How `create` runs. */
+export interface CreateOrderOptions {
+  /** Idempotency key sent to the payment provider: the same key never charges twice. */
+  providerKey: string;
+  /**
+   * A transaction to run in. Given (by the idempotency layer, which commits its record in the
+   * same transaction), the order joins it; absent, `create` opens and commits its own.
+   */
+  manager?: EntityManager;
+}
+
+/** Orders of a tenant: create (and charge), read, list. Knows nothing of HTTP or idempotency. */
+@Injectable()
+export class OrdersService {
+  constructor(
+    private readonly payments: PaymentsService,
+    private readonly db: TransactionRunner,
+    private readonly clock: Clock,
+  ) {}
+
+  /** Writes the order and its items and charges it, all in one transaction. */
+  create(tenantId: string, dto: CreateOrderDto, options: CreateOrderOptions): Promise<OrderView> {
+    const work = (manager: EntityManager) => this.createWithin(manager, tenantId, dto, options.providerKey);
+    return options.manager ? work(options.manager) : this.db.transaction(work);
+  }
+
+  /** The tenant's order, or a `not-found` problem (also for another tenant's id, or a non-UUID). */
+  async findOne(tenantId: string, id: string): Promise<OrderView> {
+    const order = isUuid(id)
+      ? await this.db.read((manager) =>
+          manager.findOne(Order, { where: { id: id.toLowerCase(), tenantId }, relations: { items: true } }),
+        )
+      : null;
+    if (!order) {
+      throw new ProblemException('notFound', 'There is no order with this id for this tenant.');
+    }
+    return toOrderView(order);
+  }
+
+  /** The tenant's orders, newest first (ties broken by id, so the order is stable). */
+  async list(tenantId: string): Promise<OrderView[]> {
+    const orders = await this.db.read((manager) =>
+      manager.find(Order, {
+        where: { tenantId },
+        relations: { items: true },
+        order: { createdAtMs: 'DESC', id: 'DESC' },
+      }),
+    );
+    return orders.map(toOrderView);
+  }
+
+  private async createWithin(
+    manager: EntityManager,
+    tenantId: string,
+    dto: CreateOrderDto,
+    providerKey: string,
+  ): Promise<OrderView> {
+    const order = manager.create(Order, {
+      id: randomUUID(),
+      tenantId,
+      customerId: dto.customerId.toLowerCase(),
+      currency: dto.currency,
+      totalCents: orderTotalCents(dto.items),
+      status: 'pending',
+      paymentId: null,
+      createdAtMs: this.clock.nowMs(),
+    });
+    await manager.insert(Order, order);
+    order.items = dto.items.map((item, position) =>
+      manager.create(OrderItem, {
+        orderId: order.id,
+        position,
+        sku: item.sku,
+        quantity: item.quantity,
+        unitPriceCents: item.unitPriceCents,
+      }),
+    );
+    await manager.insert(OrderItem, order.items);
+
+    const payment = await this.payments
+      .charge(
+        { tenantId, orderId: order.id, amountCents: order.totalCents, currency: order.currency, providerKey },
+        manager,
+      )
+      .catch((error: unknown) => {
+        throw error instanceof PaymentKeyReusedError
+          ? new ProblemException('paymentKeyReused', 'The payment provider refused the charge: its key already paid for another charge.')
+          : error;
+      });
+    order.status = 'paid';
+    order.paymentId = payment.id;
+    await manager.update(Order, { id: order.id }, { status: order.status, paymentId: order.paymentId });
+    return toOrderView(order);
+  }
+}

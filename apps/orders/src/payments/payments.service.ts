@@ -1,0 +1,68 @@
+import { randomUUID } from 'node:crypto';
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { Clock } from '../common/clock.js';
+import { TransactionRunner } from '../database/transaction-runner.js';
+import type { Currency } from '../orders/currency.js';
+import { Payment } from './payment.entity.js';
+
+/** What the caller asks the provider to charge. */
+export interface ChargeRequest {
+  tenantId: string;
+  orderId: string;
+  amountCents: number;
+  currency: Currency;
+  /** The caller's idempotency key at the provider: one key, one charge. */
+  providerKey: string;
+}
+
+/** The provider refused a key that already paid for a different charge. */
+export class PaymentKeyReusedError extends Error {
+  constructor() {
+    super('This provider key already paid for a different charge; send a new key for a new charge.');
+    this.name = this.constructor.name;
+  }
+}
+
+/** Does a stored charge answer this request (same tenant, order, amount and currency)? */
+export function isSameCharge(stored: ChargeRequest, request: ChargeRequest): boolean {
+  return (
+    stored.tenantId === request.tenantId &&
+    stored.orderId === request.orderId &&
+    stored.amountCents === request.amountCents &&
+    stored.currency === request.currency
+  );
+}
+
+/**
+ * A stand-in for a card provider, with its own table. Like a real provider it is idempotent on
+ * the key it receives: the same key with the same charge returns the first charge, with a
+ * different charge it is refused, and the unique index makes that hold under races too.
+ */
+@Injectable()
+export class PaymentsService {
+  constructor(
+    private readonly clock: Clock,
+    private readonly db: TransactionRunner,
+  ) {}
+
+  /** Charges within the caller's transaction (`manager`): it commits or rolls back with it. */
+  async charge(request: ChargeRequest, manager: EntityManager): Promise<Payment> {
+    const candidate = manager.create(Payment, { id: randomUUID(), ...request, createdAtMs: this.clock.nowMs() });
+    // ON CONFLICT DO NOTHING on PostgreSQL, INSERT OR IGNORE on SQLite: a duplicate key never
+    // aborts the caller's transaction; the row that holds the key is read back instead.
+    await manager.createQueryBuilder().insert().into(Payment).values(candidate).orIgnore().execute();
+    const stored = await manager.findOneByOrFail(Payment, { providerKey: request.providerKey });
+    if (stored.id !== candidate.id && !isSameCharge(stored, request)) {
+      throw new PaymentKeyReusedError();
+    }
+    return stored;
+  }
+
+  /** The tenant's charges, newest first. */
+  list(tenantId: string): Promise<Payment[]> {
+    return this.db.read((manager) =>
+      manager.find(Payment, { where: { tenantId }, order: { createdAtMs: 'DESC', id: 'DESC' } }),
+    );
+  }
+}

@@ -1,0 +1,73 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+/**
+ * PostgreSQL for the e2e suites: database `test` on 127.0.0.1:5432 (override with
+ * `TEST_DATABASE_URL`). Each suite works in a throwaway schema of its own and drops it after.
+ */
+export const TEST_DATABASE_URL = process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
+
+function where(url: string): string {
+  const { hostname, port, pathname } = new URL(url);
+  return `${hostname}:${port || 5432}${pathname}`;
+}
+
+/**
+ * A connected client, or an error that names the server and how to start it. The caller ends it.
+ */
+export async function connectPostgresOrFail(url: string = TEST_DATABASE_URL): Promise<pg.Client> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3000 });
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return client;
+  } catch (error) {
+    await client.end().catch(() => undefined);
+    throw new Error(
+      `PostgreSQL not reachable at ${where(url)}: start it (see README, "Running the tests": ` +
+        '`docker compose up -d postgres`, or `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` ' +
+        `and \`createdb test\`). Cause: ${(error as Error).message}`,
+    );
+  }
+}
+
+/** A fresh schema name (`<prefix>_<random>`) that does not exist yet; nothing is created. */
+export function throwawaySchemaName(prefix = 'e2e'): string {
+  return `${prefix}_${randomBytes(6).toString('hex')}`;
+}
+
+/** Creates a throwaway schema in database `test` and returns its name. */
+export async function createThrowawaySchema(prefix = 'e2e', url: string = TEST_DATABASE_URL): Promise<string> {
+  const schema = throwawaySchemaName(prefix);
+  const client = await connectPostgresOrFail(url);
+  try {
+    await client.query(`CREATE SCHEMA "${schema}"`);
+  } finally {
+    await client.end();
+  }
+  return schema;
+}
+
+/** Drops a schema and everything in it (no error when it is already gone). */
+export async function dropSchema(schema: string, url: string = TEST_DATABASE_URL): Promise<void> {
+  const client = await connectPostgresOrFail(url);
+  try {
+    await client.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  } finally {
+    await client.end();
+  }
+}
+
+/** Runs one query in database `test` and returns its rows. */
+export async function queryTestDatabase<T extends object = Record<string, unknown>>(
+  sql: string,
+  params: unknown[] = [],
+  url: string = TEST_DATABASE_URL,
+): Promise<T[]> {
+  const client = await connectPostgresOrFail(url);
+  try {
+    return (await client.query(sql, params)).rows as T[];
+  } finally {
+    await client.end();
+  }
+}
