@@ -34,6 +34,9 @@ export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Pro
     abortOnError: false,
   });
   app.disable('x-powered-by');
+  // Any JSON value parses (`"text"`, `[]`, `null` too), so a body that is valid JSON but not an
+  // object gets a `validation-error` from the pipe; only malformed JSON is `invalid-json`.
+  app.useBodyParser('json', { strict: false });
   app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
   new Logger('OrdersApp').log(describeBackends(config));
   return app;

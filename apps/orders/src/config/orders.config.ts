@@ -140,9 +140,10 @@ export function describeBackends(config: OrdersConfig): string {
 export function redactUrl(raw: string): string {
   try {
     const url = new URL(raw);
-    if (url.password !== '') {
-      url.password = '***';
+    if (url.password === '') {
+      return raw;
     }
+    url.password = '***';
     return url.toString();
   } catch {
     return '<unparsable URL>';

@@ -19,7 +19,8 @@ export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOption
     migrations: ORDERS_MIGRATIONS,
     migrationsRun: false,
     synchronize: false,
-    logging: ['error', 'warn'] as LoggerOptions,
+    // Failed queries reach the exception filter, which logs them without their parameters.
+    logging: ['warn'] as LoggerOptions,
   };
   if (database.kind === 'postgres') {
     return {

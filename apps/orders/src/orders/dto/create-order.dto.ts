@@ -13,11 +13,7 @@ import {
   ValidateNested,
 } from 'class-validator';
 import { CURRENCIES, type Currency } from '../currency.js';
-
-export const MAX_ITEMS = 100;
-export const MAX_QUANTITY = 1000;
-export const MAX_UNIT_PRICE_CENTS = 100_000_000;
-export const MAX_SKU_LENGTH = 64;
+import { MAX_ITEMS, MAX_QUANTITY, MAX_SKU_LENGTH, MAX_UNIT_PRICE_CENTS } from '../order-limits.js';
 
 /** One line of `POST /orders`. */
 export class OrderItemDto {

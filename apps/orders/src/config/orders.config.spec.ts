@@ -1,0 +1,155 @@
+import {
+  DEFAULT_PROBLEM_TYPE_BASE_URI,
+  describeBackends,
+  logLevelsFrom,
+  OrdersConfigError,
+  parseOrdersConfig,
+  redactUrl,
+} from './orders.config.js';
+
+const problemsOf = (env: NodeJS.ProcessEnv): string[] => {
+  try {
+    parseOrdersConfig(env, '/srv/app');
+  } catch (error) {
+    if (error instanceof OrdersConfigError) {
+      return error.problems;
+    }
+    throw error;
+  }
+  throw new Error('expected an OrdersConfigError');
+};
+
+describe('parseOrdersConfig', () => {
+  it('runs on embedded defaults with an empty environment', () => {
+    expect(parseOrdersConfig({}, '/srv/app')).toEqual({
+      port: 3000,
+      host: '0.0.0.0',
+      database: { kind: 'embedded', file: '/srv/app/.data/orders.sqlite' },
+      fastStore: { kind: 'memory' },
+      webhookSecret: undefined,
+      logLevel: 'log',
+      problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
+    });
+  });
+
+  it('treats empty values as absent', () => {
+    const config = parseOrdersConfig({ PORT: '', DATABASE_URL: ' ', REDIS_URL: '' }, '/srv/app');
+    expect(config.port).toBe(3000);
+    expect(config.database.kind).toBe('embedded');
+    expect(config.fastStore.kind).toBe('memory');
+  });
+
+  it('uses PostgreSQL and Redis when their URLs are set', () => {
+    const config = parseOrdersConfig({
+      PORT: '8080',
+      DATABASE_URL: 'postgres://app:secret@db:5432/orders',
+      DATABASE_SCHEMA: 'tenant_a',
+      REDIS_URL: 'redis://cache:6379',
+      WEBHOOK_SECRET: 'a-secret-of-enough-length',
+      LOG_LEVEL: 'DEBUG',
+    });
+    expect(config.port).toBe(8080);
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:secret@db:5432/orders', schema: 'tenant_a' });
+    expect(config.fastStore).toEqual({ kind: 'redis', url: 'redis://cache:6379' });
+    expect(config.webhookSecret).toBe('a-secret-of-enough-length');
+    expect(config.logLevel).toBe('debug');
+  });
+
+  it('defaults the PostgreSQL schema to public and accepts postgresql:// and rediss://', () => {
+    const config = parseOrdersConfig({ DATABASE_URL: 'postgresql://db/orders', REDIS_URL: 'rediss://cache:6380' });
+    expect(config.database).toEqual({ kind: 'postgres', url: 'postgresql://db/orders', schema: 'public' });
+    expect(config.fastStore).toEqual({ kind: 'redis', url: 'rediss://cache:6380' });
+  });
+
+  it('resolves DATA_DIR against the working directory', () => {
+    expect(parseOrdersConfig({ DATA_DIR: 'var/db' }, '/srv/app').database).toEqual({
+      kind: 'embedded',
+      file: '/srv/app/var/db/orders.sqlite',
+    });
+    expect(parseOrdersConfig({ DATA_DIR: '/data' }, '/srv/app').database).toEqual({
+      kind: 'embedded',
+      file: '/data/orders.sqlite',
+    });
+  });
+
+  it.each([['abc'], ['-1'], ['65536'], ['3000.5'], ['1e3']])('refuses PORT=%s', (port) => {
+    expect(problemsOf({ PORT: port })).toEqual([`PORT must be an integer from 0 to 65535 (got "${port}")`]);
+  });
+
+  it('accepts PORT=0 (any free port)', () => {
+    expect(parseOrdersConfig({ PORT: '0' }).port).toBe(0);
+  });
+
+  it('refuses a DATABASE_URL that is not PostgreSQL, without echoing its password', () => {
+    const problems = problemsOf({ DATABASE_URL: 'mysql://root:hunter2@db/orders' });
+    expect(problems).toEqual(['DATABASE_URL must be a postgres:// or postgresql:// URL (got "mysql://root:***@db/orders")']);
+    expect(problemsOf({ DATABASE_URL: 'not a url' })).toEqual([
+      'DATABASE_URL must be a postgres:// or postgresql:// URL (got a value that is not a URL)',
+    ]);
+  });
+
+  it('refuses a bad schema name, and a schema without DATABASE_URL', () => {
+    expect(problemsOf({ DATABASE_URL: 'postgres://db/x', DATABASE_SCHEMA: 'Robert"; DROP' })[0]).toMatch(
+      /^DATABASE_SCHEMA must be a lower-case SQL identifier/,
+    );
+    expect(problemsOf({ DATABASE_SCHEMA: 'orders' })).toEqual([
+      'DATABASE_SCHEMA needs DATABASE_URL: the embedded database has no schemas',
+    ]);
+  });
+
+  it('refuses a REDIS_URL that is not Redis, a short WEBHOOK_SECRET, an unknown LOG_LEVEL, a bad problem base', () => {
+    expect(
+      problemsOf({
+        REDIS_URL: 'http://cache',
+        WEBHOOK_SECRET: 'short',
+        LOG_LEVEL: 'chatty',
+        PROBLEM_TYPE_BASE_URI: 'https://example.com/problems',
+      }),
+    ).toEqual([
+      'REDIS_URL must be a redis:// or rediss:// URL (got "http://cache")',
+      'WEBHOOK_SECRET must be at least 16 characters long',
+      'LOG_LEVEL must be one of fatal, error, warn, log, debug, verbose (got "chatty")',
+      'PROBLEM_TYPE_BASE_URI must be an absolute URI ending with "/" (got "https://example.com/problems")',
+    ]);
+  });
+
+  it('lists every problem in one message that says what to do', () => {
+    const error = (() => {
+      try {
+        parseOrdersConfig({ PORT: 'x', LOG_LEVEL: 'loud' });
+      } catch (e) {
+        return e as Error;
+      }
+      throw new Error('expected an error');
+    })();
+    expect(error).toBeInstanceOf(OrdersConfigError);
+    expect(error.message).toContain('  - PORT must be an integer');
+    expect(error.message).toContain('  - LOG_LEVEL must be one of');
+    expect(error.message).toContain('see README.md');
+  });
+});
+
+describe('logLevelsFrom', () => {
+  it('keeps the given level and the more severe ones', () => {
+    expect(logLevelsFrom('warn')).toEqual(['fatal', 'error', 'warn']);
+    expect(logLevelsFrom('verbose')).toEqual(['fatal', 'error', 'warn', 'log', 'debug', 'verbose']);
+  });
+});
+
+describe('describeBackends', () => {
+  it('names both backends in one line, without passwords', () => {
+    const line = describeBackends(
+      parseOrdersConfig({ DATABASE_URL: 'postgres://app:secret@db:5432/orders', REDIS_URL: 'redis://:pw@cache:6379' }),
+    );
+    expect(line).toBe(
+      'Backends: database = PostgreSQL postgres://app:***@db:5432/orders (schema "public"); fast store = Redis redis://:***@cache:6379',
+    );
+    expect(describeBackends(parseOrdersConfig({}, '/srv/app'))).toBe(
+      'Backends: database = embedded sql.js file /srv/app/.data/orders.sqlite; fast store = in-memory (this process only)',
+    );
+  });
+
+  it('redacts nothing when there is no password', () => {
+    expect(redactUrl('redis://cache:6379')).toBe('redis://cache:6379');
+  });
+});
