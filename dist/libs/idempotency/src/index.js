@@ -1,2 +1,0 @@
-export const HELLO = 'core';
-//# sourceMappingURL=index.js.map

@@ -1,2 +1,0 @@
-export const REDIS = 'redis';
-//# sourceMappingURL=index.js.map
