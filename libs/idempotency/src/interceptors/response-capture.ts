@@ -82,10 +82,11 @@ export class ResponseCapture {
   /** Too large to keep: send what we hold and let the rest stream through unrecorded. */
   private overflow(): void {
     this.overflowed = true;
+    // Restored first: Node's implicit header write goes through `writeHead`.
+    this.restoreHeadAndWrite();
     this.flushHead();
     for (const chunk of this.chunks) this.originalWrite.call(this.raw, chunk);
     this.chunks = [];
-    this.restoreWrite();
   }
 
   private finish(chunk: unknown, encoding: unknown, callback: unknown): ServerResponse {
@@ -128,8 +129,10 @@ export class ResponseCapture {
     }
   }
 
-  private restoreWrite(): void {
-    (this.raw as unknown as { write: Write }).write = this.originalWrite;
+  private restoreHeadAndWrite(): void {
+    const raw = this.raw as unknown as { writeHead: WriteHead; write: Write };
+    raw.writeHead = this.originalWriteHead;
+    raw.write = this.originalWrite;
   }
 
   private restoreAll(): void {

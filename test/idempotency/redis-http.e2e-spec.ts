@@ -1,0 +1,90 @@
+import { randomUUID } from 'node:crypto';
+import { Redis } from 'ioredis';
+import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
+import { send } from '../utils/http.js';
+import { connectRedisOrFail, redisUrl, startRedisServer } from '../utils/redis.js';
+
+const headers = { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' };
+
+describe.each<Platform>(['express', 'fastify'])('Redis unavailable (%s)', (platform) => {
+  let fixture: ContractApp;
+  let server: Awaited<ReturnType<typeof startRedisServer>>;
+
+  beforeAll(async () => {
+    server = await startRedisServer();
+    fixture = await startContractApp(platform, new RedisIdempotencyStore(server.url, { prefix: 'idem-down' }));
+    // A first request proves the store works before the server goes away.
+    const ok = await send(fixture.url, '/charges', { key: randomUUID(), body: {}, headers });
+    expect(ok.status).toBe(201);
+    await server.stop();
+  });
+  afterAll(async () => {
+    await fixture?.app.close();
+  });
+
+  it('B.10 rule 32: fail-closed answers 503 idempotency-store-unavailable with Retry-After, and the handler does not run', async () => {
+    const before = fixture.probe.runs;
+    const res = await send(fixture.url, '/charges', { key: randomUUID(), body: { amount: 1 }, headers });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+    expect(res.json().code).toBe('idempotency_store_unavailable');
+    expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(fixture.probe.runs).toBe(before);
+  });
+
+  it("B.10 rule 32: 'fail-open' runs the handler unprotected, with no idempotency headers", async () => {
+    const before = fixture.probe.runs;
+    const res = await send(fixture.url, '/fail-open', { key: randomUUID(), headers });
+    expect(res.status).toBe(201);
+    expect(fixture.probe.runs).toBe(before + 1);
+    expect(res.headers.get('idempotency-key')).toBeNull();
+    expect(res.headers.get('idempotent-replayed')).toBeNull();
+  });
+});
+
+describe.each<Platform>(['express', 'fastify'])('Redis round trips per request (%s)', (platform) => {
+  let fixture: ContractApp;
+  let monitor: Redis;
+  const prefix = `idem-rt-${randomUUID().slice(0, 8)}`;
+
+  beforeAll(async () => {
+    await connectRedisOrFail();
+    fixture = await startContractApp(platform, new RedisIdempotencyStore(redisUrl(), { prefix }));
+    // Warm-up: the scripts get loaded (EVALSHA → NOSCRIPT → EVAL happens once per connection).
+    const warm = randomUUID();
+    await send(fixture.url, '/charges', { key: warm, body: {}, headers });
+    await send(fixture.url, '/charges', { key: warm, body: {}, headers });
+    monitor = new Redis(redisUrl());
+  });
+  afterAll(async () => {
+    monitor?.disconnect();
+    await fixture?.app.close();
+  });
+
+  /** Top-level commands that touch this suite's keys while `action` runs (script internals excluded). */
+  async function countCommands(action: () => Promise<unknown>): Promise<string[]> {
+    const seen: string[] = [];
+    const feed = await monitor.monitor();
+    feed.on('monitor', (_time: string, args: string[], source: string) => {
+      if (source.includes('lua')) return;
+      if (args.some((a) => a.includes(prefix))) seen.push(args[0].toLowerCase());
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    await action();
+    await new Promise((r) => setTimeout(r, 100));
+    feed.disconnect();
+    return seen;
+  }
+
+  it('a fresh request costs exactly two round trips (claim, complete) and a replay one', async () => {
+    const k = randomUUID();
+    const fresh = await countCommands(() => send(fixture.url, '/charges', { key: k, body: { amount: 1 }, headers }));
+    expect(fresh).toEqual(['evalsha', 'evalsha']);
+    const replay = await countCommands(async () => {
+      const res = await send(fixture.url, '/charges', { key: k, body: { amount: 1 }, headers });
+      expect(res.headers.get('idempotent-replayed')).toBe('true');
+    });
+    expect(replay).toEqual(['evalsha']);
+  });
+});
