@@ -376,6 +376,26 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       expect((await http.get('/payments').set('X-Tenant-ID', tenantId)).body).toEqual([]);
     });
 
+    it('overlapping transactions stay apart: the refused ones roll back alone', async () => {
+      const orders = app.get(OrdersService);
+      const tenantId = newTenant();
+      const usedKey = `used-${tenantId}`;
+      await orders.create(tenantId, orderBody() as never, { providerKey: usedKey });
+      const attempts = Array.from({ length: 12 }, (_, i) =>
+        orders.create(tenantId, orderBody() as never, { providerKey: i % 2 === 0 ? randomUUID() : usedKey }),
+      );
+      const settled = await Promise.allSettled(attempts);
+      const created = settled.flatMap((r) => (r.status === 'fulfilled' ? [r.value.id] : []));
+      const refused = settled.filter((r) => r.status === 'rejected');
+      expect(created).toHaveLength(6);
+      expect(refused.map((r) => (r as PromiseRejectedResult).reason.status)).toEqual(Array(6).fill(409));
+      const listed = (await http.get('/orders').set('X-Tenant-ID', tenantId)).body.map((o: { id: string }) => o.id);
+      expect(listed).toHaveLength(7);
+      expect(listed).toEqual(expect.arrayContaining(created));
+      const payments = (await http.get('/payments').set('X-Tenant-ID', tenantId)).body;
+      expect(payments).toHaveLength(7);
+    });
+
     it('concurrent orders all land', async () => {
       const tenantId = newTenant();
       const results = await Promise.all(Array.from({ length: 8 }, () => post(tenantId, orderBody())));

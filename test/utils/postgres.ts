@@ -71,3 +71,27 @@ export async function queryTestDatabase<T extends object = Record<string, unknow
     await client.end();
   }
 }
+
+/** Creates an empty throwaway database next to `test` and returns its URL and name. */
+export async function createThrowawayDatabase(prefix = 'e2e', url: string = TEST_DATABASE_URL): Promise<{ name: string; url: string }> {
+  const name = throwawaySchemaName(prefix);
+  const client = await connectPostgresOrFail(url);
+  try {
+    await client.query(`CREATE DATABASE "${name}"`);
+  } finally {
+    await client.end();
+  }
+  const databaseUrl = new URL(url);
+  databaseUrl.pathname = `/${name}`;
+  return { name, url: databaseUrl.toString() };
+}
+
+/** Drops a throwaway database, closing the connections still open to it. */
+export async function dropDatabase(name: string, url: string = TEST_DATABASE_URL): Promise<void> {
+  const client = await connectPostgresOrFail(url);
+  try {
+    await client.query(`DROP DATABASE IF EXISTS "${name}" WITH (FORCE)`);
+  } finally {
+    await client.end();
+  }
+}

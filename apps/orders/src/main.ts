@@ -15,8 +15,8 @@ async function bootstrap(): Promise<void> {
     throw error;
   }
   const app = await createOrdersApp({ config });
-  // SIGTERM / SIGINT close the HTTP server, the database and Redis before the process exits.
-  app.enableShutdownHooks();
+  // SIGTERM / SIGINT close the HTTP server, the database and Redis, then exit 0 (1 if closing failed).
+  app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
   await app.listen(config.port, config.host);
   const { port } = app.getHttpServer().address() as AddressInfo;
   new Logger('OrdersApp').log(`Orders service listening on http://${config.host}:${port}`);

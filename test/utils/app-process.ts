@@ -1,0 +1,137 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+/**
+ * The orders service as a real process: built once per test run with the Nest CLI into
+ * `node_modules/.cache/orders-e2e/dist` (so it never touches `dist/`), started with
+ * `node .../main.js`, stopped with SIGTERM.
+ */
+export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
+const CACHE_DIR = join(REPO_ROOT, 'node_modules/.cache/orders-e2e');
+const MAIN_JS = join(CACHE_DIR, 'dist/apps/orders/src/main.js');
+
+let build: Promise<string> | undefined;
+
+/** Builds the app (about 5 s) the first time it is called in this test run; returns main.js. */
+export function buildOrdersAppOnce(): Promise<string> {
+  build ??= (async () => {
+    await mkdir(CACHE_DIR, { recursive: true });
+    const tsconfig = join(CACHE_DIR, 'tsconfig.json');
+    // Only the app's sources (and what they import), never the specs.
+    await writeFile(
+      tsconfig,
+      JSON.stringify({
+        extends: '../../../apps/orders/tsconfig.app.json',
+        compilerOptions: { outDir: './dist', sourceMap: false },
+        include: ['../../../apps/orders/src/**/*.ts'],
+        exclude: ['../../../**/*.spec.ts'],
+      }),
+    );
+    // The CLI resolves -p against the working directory, even when it is absolute.
+    const nest = join(REPO_ROOT, 'node_modules/@nestjs/cli/bin/nest.js');
+    try {
+      await promisify(execFile)(process.execPath, [nest, 'build', 'orders', '-p', relative(REPO_ROOT, tsconfig)], {
+        cwd: REPO_ROOT,
+        timeout: 180_000,
+      });
+    } catch (error) {
+      const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
+      throw new Error(`nest build failed:\n${stdout}\n${stderr}`);
+    }
+    return MAIN_JS;
+  })();
+  return build;
+}
+
+export interface OrdersProcess {
+  /** `http://127.0.0.1:<port>` */
+  url: string;
+  child: ChildProcess;
+  /** Everything the process wrote so far (stdout and stderr). */
+  output(): string;
+  /** SIGTERM, then waits for the exit (SIGKILL after 10 s); resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+export interface StartOptions {
+  /** Environment of the service (on top of PATH and HOME only: the test's own env is not passed). */
+  env?: Record<string, string>;
+  cwd?: string;
+  /** How long to wait for "listening on". @default 30_000 */
+  timeoutMs?: number;
+}
+
+/** Starts the built service on a free port of 127.0.0.1 and resolves once it listens. */
+export async function startOrdersProcess(options: StartOptions = {}): Promise<OrdersProcess> {
+  const child = spawnOrders({ PORT: '0', HOST: '127.0.0.1', ...options.env }, options.cwd);
+  let output = '';
+  const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
+  const port = await new Promise<number>((done, fail) => {
+    const timer = setTimeout(() => fail(new Error(`no "listening on" within ${options.timeoutMs ?? 30_000} ms:\n${output}`)), options.timeoutMs ?? 30_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening on http:\/\/[^\s:]+:(\d+)/.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        done(Number(match[1]));
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      fail(new Error(`the service exited with code ${code} before listening:\n${output}`));
+    });
+  });
+  return {
+    url: `http://127.0.0.1:${port}`,
+    child,
+    output: () => output,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        return child.exitCode;
+      }
+      child.kill('SIGTERM');
+      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      const code = await exited;
+      clearTimeout(killer);
+      return code;
+    },
+  };
+}
+
+/** Runs the built service until it exits by itself (bad configuration); resolves with code and output. */
+export async function runOrdersProcessToExit(env: Record<string, string>, cwd?: string): Promise<{ code: number | null; output: string }> {
+  const child = spawnOrders(env, cwd);
+  let output = '';
+  child.stdout!.on('data', (c: Buffer) => (output += c.toString()));
+  child.stderr!.on('data', (c: Buffer) => (output += c.toString()));
+  const killer = setTimeout(() => child.kill('SIGKILL'), 30_000);
+  const code = await new Promise<number | null>((done) => child.once('exit', (c) => done(c)));
+  clearTimeout(killer);
+  return { code, output };
+}
+
+/** A TCP port of 127.0.0.1 that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => done(port));
+    });
+  });
+}
+
+function spawnOrders(env: Record<string, string>, cwd?: string): ChildProcess {
+  return spawn(process.execPath, [MAIN_JS], {
+    cwd: cwd ?? REPO_ROOT,
+    env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NO_COLOR: '1', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+}
