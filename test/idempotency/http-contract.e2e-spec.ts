@@ -185,6 +185,15 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(res.headers.get('idempotency-key')).toBeNull();
     });
 
+    it('rule 9: an oversized header is rejected before Nest (not 2xx) and leaves no record', async () => {
+      const k = key();
+      const huge = await call('/charges', { key: k, body: { amount: 9 }, headers: { 'X-Padding': 'p'.repeat(20_000) } });
+      expect(huge.status).toBeGreaterThanOrEqual(400);
+      const retry = await call('/charges', { key: k, body: { amount: 9 } });
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    });
+
     it('rule 8: a missing key on a required route is 400 idempotency-key-missing', async () => {
       const before = fixture.probe.runs;
       expectProblem(await call('/required'), 400, 'idempotency-key-missing');
@@ -201,6 +210,14 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
   });
 
   describe('B.3 scope', () => {
+    it('rule 10: record identity is (tenant, principal, operation, key): all equal means one record', async () => {
+      const k = key();
+      const a = await call('/charges', { key: k, body: { amount: 1 }, tenant: 'tenant-x', user: 'carol' });
+      const b = await call('/charges', { key: k, body: { amount: 1 }, tenant: 'tenant-x', user: 'carol' });
+      expect(b.headers.get('idempotent-replayed')).toBe('true');
+      expect(b.body.equals(a.body)).toBe(true);
+    });
+
     it('rule 11: the same key from another tenant is an independent record', async () => {
       const k = key();
       const a = await call('/charges', { key: k, body: { amount: 1 }, tenant: 'tenant-a' });
@@ -275,6 +292,14 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       await call('/versioned', { key: k, headers: { 'Api-Version': '2024-01-01' } });
       expect((await call('/versioned', { key: k, headers: { 'Api-Version': '2024-01-01' } })).headers.get('idempotent-replayed')).toBe('true');
       expectProblem(await call('/versioned', { key: k, headers: { 'Api-Version': '2025-01-01' } }), 422, 'idempotency-key-reused');
+    });
+
+    it('rule 16: a custom fingerprint function replaces the built-in one', async () => {
+      const k = key();
+      await call('/custom-fingerprint', { key: k, body: { orderRef: 'A', note: 'first' } });
+      const sameRef = await call('/custom-fingerprint', { key: k, body: { orderRef: 'A', note: 'edited' } });
+      expect(sameRef.headers.get('idempotent-replayed')).toBe('true');
+      expectProblem(await call('/custom-fingerprint', { key: k, body: { orderRef: 'B' } }), 422, 'idempotency-key-reused');
     });
 
     it('rule 15: an empty body differs from {}', async () => {
@@ -454,6 +479,15 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
   });
 
   describe('B.8 replay fidelity', () => {
+    it('rule 24: Accept is not in the fingerprint: a retry with another Accept gets the original representation', async () => {
+      const k = key();
+      const first = await call('/charges', { key: k, body: { amount: 24 }, headers: { Accept: 'application/json' } });
+      const retry = await call('/charges', { key: k, body: { amount: 24 }, headers: { Accept: 'text/html' } });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.headers.get('content-type')).toBe(first.headers.get('content-type'));
+      expect(retry.body.equals(first.body)).toBe(true);
+    });
+
     it('rule 23: a response above maxStoredResponseBytes completes without a body: 409 replay-unavailable', async () => {
       const k = key();
       const first = await call('/big', { key: k });
@@ -583,5 +617,75 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(retry.body.equals(first.body)).toBe(true);
     });
+  });
+});
+
+describe.each<Platform>(['express', 'fastify'])('B.12 alternative configuration (%s, memory store)', (platform) => {
+  let fixture: ContractApp;
+  const call = (path: string, options: SendOptions = {}) =>
+    send(fixture.url, path, { ...options, headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1', ...options.headers } });
+
+  beforeAll(async () => {
+    fixture = await startContractApp(platform, new MemoryIdempotencyStore(), {
+      mismatchStatus: 409,
+      replayHeader: { name: 'X-Idempotent-Replayed', onFresh: true, format: 'sf-boolean' },
+      storeServerErrors: true,
+      storeClientErrors: false,
+      echoKey: false,
+      docsUrl: 'https://docs.example.test/idempotency',
+    });
+  });
+  afterAll(async () => {
+    await fixture?.app.close();
+  });
+
+  it('mismatchStatus 409 (brandur) answers a reused key with 409 idempotency-key-reused', async () => {
+    const k = randomUUID();
+    await call('/charges', { key: k, body: { amount: 1 } });
+    const res = await call('/charges', { key: k, body: { amount: 2 } });
+    expect(res.status).toBe(409);
+    expect(res.json()).toMatchObject({ code: 'idempotency_key_reused', status: 409 });
+  });
+
+  it('replayHeader: a custom name, sent on fresh executions too, as an RFC 9651 Boolean', async () => {
+    const k = randomUUID();
+    const first = await call('/charges', { key: k, body: {} });
+    const retry = await call('/charges', { key: k, body: {} });
+    expect(first.headers.get('x-idempotent-replayed')).toBe('?0');
+    expect(retry.headers.get('x-idempotent-replayed')).toBe('?1');
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('echoKey false: no key echo', async () => {
+    const res = await call('/charges', { key: randomUUID(), body: {} });
+    expect(res.headers.get('idempotency-key')).toBeNull();
+  });
+
+  it('docsUrl: problems carry Link rel="describedby"', async () => {
+    const res = await call('/charges', { key: 'a,b', body: {} });
+    expect(res.status).toBe(400);
+    expect(res.headers.get('link')).toBe('<https://docs.example.test/idempotency>; rel="describedby"; type="text/html"');
+  });
+
+  it('B.7 rule 18: storeServerErrors stores and replays a 500, but still releases a 429', async () => {
+    const k = randomUUID();
+    const first = await call('/status/500', { key: k });
+    const retry = await call('/status/500', { key: k });
+    expect(retry.status).toBe(500);
+    expect(retry.headers.get('x-idempotent-replayed')).toBe('?1');
+    expect(retry.body.equals(first.body)).toBe(true);
+    const k2 = randomUUID();
+    const limited = await call('/status/429', { key: k2 });
+    const again = await call('/status/429', { key: k2 });
+    expect(again.headers.get('x-idempotent-replayed')).toBe('?0');
+    expect(again.text).not.toBe(limited.text);
+  });
+
+  it('B.7 rule 20: storeClientErrors false releases a 402', async () => {
+    const k = randomUUID();
+    const first = await call('/status/402', { key: k });
+    const retry = await call('/status/402', { key: k });
+    expect(retry.headers.get('x-idempotent-replayed')).toBe('?0');
+    expect(retry.text).not.toBe(first.text);
   });
 });

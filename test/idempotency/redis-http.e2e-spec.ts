@@ -88,3 +88,24 @@ describe.each<Platform>(['express', 'fastify'])('Redis round trips per request (
     expect(replay).toEqual(['evalsha']);
   });
 });
+
+describe('B.10 rule 31: durability across an application restart (Redis store)', () => {
+  it('a completed record replays from a new application instance', async () => {
+    await connectRedisOrFail();
+    const prefix = `idem-restart-${randomUUID().slice(0, 8)}`;
+    const k = randomUUID();
+    const first = await startContractApp('express', new RedisIdempotencyStore(redisUrl(), { prefix }));
+    const original = await send(first.url, '/charges', { key: k, body: { amount: 31 }, headers });
+    await first.app.close();
+    const second = await startContractApp('fastify', new RedisIdempotencyStore(redisUrl(), { prefix }));
+    try {
+      const retry = await send(second.url, '/charges', { key: k, body: { amount: 31 }, headers });
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.body.equals(original.body)).toBe(true);
+      expect(second.probe.runs).toBe(0);
+    } finally {
+      await second.app.close();
+    }
+  });
+});
