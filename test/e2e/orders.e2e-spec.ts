@@ -235,6 +235,13 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       expect(res.text).not.toContain('secret-sauce');
     });
 
+    it('answers 413 problem details (about:blank) for a body over 100 kB', async () => {
+      const res = await post(newTenant(), { ...orderBody(), note: 'x'.repeat(110_000) });
+      expect(res.status).toBe(413);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.body).toEqual({ type: 'about:blank', title: 'Payload Too Large', status: 413, detail: 'request entity too large' });
+    });
+
     it('writes nothing for a refused order', async () => {
       const tenantId = newTenant();
       await post(tenantId, withFirstItem({ quantity: 0 }));
