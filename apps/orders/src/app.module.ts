@@ -2,7 +2,7 @@ import { type DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD, APP_PIPE } from '@nestjs/core';
 import { ProblemDetailsFilter } from './common/problem-details/problem-details.filter.js';
 import { TenantGuard } from './common/tenant/tenant.guard.js';
-import { OrdersValidationPipe } from './common/validation/validation.js';
+import { OrdersValidationPipe } from './common/validation/validation.pipe.js';
 import { OrdersConfigModule } from './config/orders-config.module.js';
 import type { OrdersConfig } from './config/orders.config.js';
 import { DatabaseModule } from './database/database.module.js';

@@ -1,5 +1,5 @@
 import type { ValidationError } from '@nestjs/common';
-import { toFieldErrors, validationProblem } from './validation.js';
+import { toFieldErrors, validationProblem } from './validation.pipe.js';
 
 const error = (property: string, constraints?: Record<string, string>, children: ValidationError[] = []): ValidationError => ({
   property,
