@@ -63,6 +63,13 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
   beforeAll(async () => {
     backend = await setUp();
     app = await createOrdersApp({ env: backend.env, logger });
+    // A probe behind the app's body parser: what the idempotency layer will see of a request.
+    app
+      .getHttpAdapter()
+      .getInstance()
+      .post('/__test/raw-body', (req: { rawBody?: Buffer; body: unknown }, res: { json(v: unknown): void }) =>
+        res.json({ raw: req.rawBody?.toString('utf8') ?? null, parsed: req.body }),
+      );
     await app.listen(0, '127.0.0.1');
     http = request(await app.getUrl());
   });
@@ -240,6 +247,12 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       expect(res.status).toBe(413);
       expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
       expect(res.body).toEqual({ type: 'about:blank', title: 'Payload Too Large', status: 413, detail: 'request entity too large' });
+    });
+
+    it('keeps the exact request bytes (rawBody) beside the parsed body, for the idempotency layer', async () => {
+      const raw = '{ "b": 1,\n  "a": [2, 3] }';
+      const res = await http.post('/__test/raw-body').set('Content-Type', 'application/json').send(raw);
+      expect(res.body).toEqual({ raw, parsed: { b: 1, a: [2, 3] } });
     });
 
     it('writes nothing for a refused order', async () => {
