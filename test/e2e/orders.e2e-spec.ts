@@ -1,7 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { DataSource } from 'typeorm';
@@ -11,7 +8,7 @@ import { TransactionRunner } from '../../apps/orders/src/database/transaction-ru
 import { OrdersService } from '../../apps/orders/src/orders/orders.service.js';
 import { Payment } from '../../apps/orders/src/payments/payment.entity.js';
 import { PaymentKeyReusedError, PaymentsService } from '../../apps/orders/src/payments/payments.service.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
+import { backends, type Backend } from './support/backends.js';
 import {
   newTenant,
   ORDER_KEYS,
@@ -22,37 +19,6 @@ import {
   withFirstItem,
 } from './support/orders-fixtures.js';
 import { RecordingLogger } from './support/recording-logger.js';
-import { requireRedis, TEST_REDIS_URL } from './support/redis.js';
-
-interface Backend {
-  env: NodeJS.ProcessEnv;
-  usesRedis: boolean;
-  tearDown(): Promise<void>;
-}
-
-/** The two ways the service runs: on the servers, and on the embedded defaults. */
-const backends: [string, () => Promise<Backend>][] = [
-  [
-    'PostgreSQL (own schema) + Redis',
-    async () => {
-      await (await connectPostgresOrFail()).end();
-      await requireRedis();
-      const schema = throwawaySchemaName('orders_e2e');
-      return {
-        env: { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema, REDIS_URL: TEST_REDIS_URL },
-        usesRedis: true,
-        tearDown: () => dropSchema(schema),
-      };
-    },
-  ],
-  [
-    'embedded defaults (sql.js in a temp dir, in-memory store)',
-    async () => {
-      const dir = await mkdtemp(join(tmpdir(), 'orders-e2e-'));
-      return { env: { DATA_DIR: dir }, usesRedis: false, tearDown: () => rm(dir, { recursive: true, force: true }) };
-    },
-  ],
-];
 
 describe.each(backends)('orders service on %s', (_name, setUp) => {
   let backend: Backend | undefined;
@@ -79,8 +45,14 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
     await backend?.tearDown();
   });
 
-  const post = (tenantId: string, body: unknown) =>
-    http.post('/orders').set('X-Tenant-ID', tenantId).set('Content-Type', 'application/json').send(body as object);
+  /** `POST /orders` with a fresh Idempotency-Key (the route requires one). */
+  const post = (tenantId: string, body: unknown, key: string = randomUUID()) =>
+    http
+      .post('/orders')
+      .set('X-Tenant-ID', tenantId)
+      .set('Idempotency-Key', key)
+      .set('Content-Type', 'application/json')
+      .send(body as object);
 
   const expectProblem = (res: request.Response, status: number, slug: string) => {
     expect(res.status).toBe(status);
@@ -231,7 +203,12 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
     });
 
     it('answers 400 validation-error when there is no JSON body at all', async () => {
-      const res = await http.post('/orders').set('X-Tenant-ID', newTenant()).set('Content-Type', 'text/plain').send('hello');
+      const res = await http
+        .post('/orders')
+        .set('X-Tenant-ID', newTenant())
+        .set('Idempotency-Key', randomUUID())
+        .set('Content-Type', 'text/plain')
+        .send('hello');
       expectProblem(res, 400, 'validation-error');
     });
 
@@ -446,10 +423,11 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
         .options('/orders')
         .set('Origin', 'https://shop.example')
         .set('Access-Control-Request-Method', 'POST')
-        .set('Access-Control-Request-Headers', 'content-type,x-tenant-id');
+        .set('Access-Control-Request-Headers', 'content-type,x-tenant-id,idempotency-key');
       expect(res.status).toBe(204);
       expect(res.headers['access-control-allow-origin']).toBe('*');
       expect(res.headers['access-control-allow-headers']).toContain('x-tenant-id');
+      expect(res.headers['access-control-allow-headers']).toContain('idempotency-key');
     });
 
     // Last in the suite: it breaks the database on purpose.

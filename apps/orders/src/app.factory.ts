@@ -1,14 +1,12 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
+import { IDEMPOTENCY_CORS } from '@app/idempotency';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';
 
-/**
- * Response headers a browser may read. The idempotency layer adds its own here
- * (`Idempotency-Key`, `Idempotent-Replayed`, `Retry-After`) when it lands.
- */
-export const CORS_EXPOSED_HEADERS = ['Location'];
+/** Response headers a browser may read: `Location` and the idempotency layer's own. */
+export const CORS_EXPOSED_HEADERS = [...new Set(['Location', ...IDEMPOTENCY_CORS.exposedHeaders])];
 
 export interface CreateOrdersAppOptions {
   /** A ready configuration; by default it is parsed from `env`. */
@@ -37,6 +35,7 @@ export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Pro
   // Any JSON value parses (`"text"`, `[]`, `null` too), so a body that is valid JSON but not an
   // object gets a `validation-error` from the pipe; only malformed JSON is `invalid-json`.
   app.useBodyParser('json', { strict: false });
+  // Without `allowedHeaders`, preflights allow the headers they ask for, Idempotency-Key included.
   app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
   new Logger('OrdersApp').log(describeBackends(config));
   return app;

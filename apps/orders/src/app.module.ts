@@ -7,6 +7,7 @@ import { OrdersConfigModule } from './config/orders-config.module.js';
 import type { OrdersConfig } from './config/orders.config.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
+import { OrdersIdempotencyModule } from './idempotency/orders-idempotency.module.js';
 import { OrdersModule } from './orders/orders.module.js';
 import { PaymentsModule } from './payments/payments.module.js';
 import { RedisModule } from './redis/redis.module.js';
@@ -14,11 +15,7 @@ import { RedisModule } from './redis/redis.module.js';
 /**
  * The orders service. Which backends it uses is decided once, in the config
  * (`parseOrdersConfig`): PostgreSQL or embedded sql.js, Redis or nothing.
- *
- * The idempotency layer slots in next to the database: `IdempotencyModule.forRootAsync({
- * inject: [DataSource, TransactionRunner, ORDERS_CONFIG, { token: REDIS_CLIENT, optional: true }],
- * useFactory: ... })`, a Redis store on `REDIS_CLIENT` (or the memory store), the durable store
- * on the `DataSource`, its entity in `ORDERS_ENTITIES` and its migration in `ORDERS_MIGRATIONS`.
+ * The idempotency layer (`OrdersIdempotencyModule`) uses the same Redis client.
  */
 @Module({})
 export class AppModule {
@@ -29,6 +26,7 @@ export class AppModule {
         OrdersConfigModule.forRoot(config),
         DatabaseModule,
         RedisModule.forRoot(config.fastStore),
+        OrdersIdempotencyModule,
         HealthModule,
         PaymentsModule,
         OrdersModule,

@@ -1,5 +1,5 @@
-import { randomUUID } from 'node:crypto';
 import { Body, Controller, Get, Param, Post, Res } from '@nestjs/common';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
 import { TenantId } from '../common/tenant/tenant-id.decorator.js';
 import { CreateOrderDto } from './dto/create-order.dto.js';
 import type { OrderView } from './order.view.js';
@@ -14,16 +14,20 @@ interface HeaderSink {
 export class OrdersController {
   constructor(private readonly orders: OrdersService) {}
 
-  /** `POST /orders`: 201, `Location: /orders/{id}`, the order (paid). */
+  /**
+   * `POST /orders`: 201, `Location: /orders/{id}`, the order (paid). `Idempotency-Key` is
+   * required; the payment provider gets a key derived from it, so even a re-run of this handler
+   * (after a crash) cannot charge twice.
+   */
   @Post()
+  @Idempotent({ required: true, operation: 'orders.create' })
   async create(
     @TenantId() tenantId: string,
     @Body() dto: CreateOrderDto,
     @Res({ passthrough: true }) response: HeaderSink,
+    @IdempotencyContext() idempotency: IdempotencyContextRef,
   ): Promise<OrderView> {
-    // Seam: the idempotency layer replaces this random key with one derived from the request's
-    // Idempotency-Key, and passes its transaction's EntityManager as `manager`.
-    const order = await this.orders.create(tenantId, dto, { providerKey: randomUUID() });
+    const order = await this.orders.create(tenantId, dto, { providerKey: idempotency.derivedKey('payment') });
     response.header('Location', `/orders/${order.id}`);
     return order;
   }

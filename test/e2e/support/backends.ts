@@ -1,0 +1,36 @@
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../../utils/postgres.js';
+import { requireRedis, TEST_REDIS_URL } from './redis.js';
+
+export interface Backend {
+  env: NodeJS.ProcessEnv;
+  usesRedis: boolean;
+  tearDown(): Promise<void>;
+}
+
+/** The two ways the service runs: on the servers, and on the embedded defaults. */
+export const backends: [string, () => Promise<Backend>][] = [
+  [
+    'PostgreSQL (own schema) + Redis',
+    async () => {
+      await (await connectPostgresOrFail()).end();
+      await requireRedis();
+      const schema = throwawaySchemaName('orders_e2e');
+      return {
+        env: { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema, REDIS_URL: TEST_REDIS_URL },
+        usesRedis: true,
+        tearDown: () => dropSchema(schema),
+      };
+    },
+  ],
+  [
+    'embedded defaults (sql.js in a temp dir, in-memory store)',
+    async () => {
+      const dir = await mkdtemp(join(tmpdir(), 'orders-e2e-'));
+      return { env: { DATA_DIR: dir }, usesRedis: false, tearDown: () => rm(dir, { recursive: true, force: true }) };
+    },
+  ],
+];
+
