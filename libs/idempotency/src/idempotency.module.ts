@@ -2,9 +2,10 @@ import { Module } from '@nestjs/common';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
 import { IdempotencyModuleBase } from './idempotency.module-definition.js';
-import { settingsProvider, storeProvider } from './idempotency.providers.js';
+import { durableStoreProvider, settingsProvider, storeProvider } from './idempotency.providers.js';
 import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
+import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
 import { IdempotencyStore } from './stores/idempotency-store.js';
 
 /**
@@ -16,7 +17,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
  * @publicApi
  */
 @Module({
-  providers: [settingsProvider, storeProvider, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
-  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
+  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
+  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

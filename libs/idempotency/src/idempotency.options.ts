@@ -63,6 +63,8 @@ const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = 
   echoKey: true,
   maxStoredResponseBytes: DEFAULT_MAX_STORED_RESPONSE_BYTES,
   onStoreError: 'fail-closed',
+  durable: false,
+  transactional: false,
 };
 
 /** Passport puts the authenticated user on `request.user`; its `id` (or JWT `sub`) is the principal. */
@@ -133,6 +135,8 @@ export function resolvePolicy(
     echoKey: pick('echoKey'),
     maxStoredResponseBytes: pick('maxStoredResponseBytes'),
     onStoreError: pick('onStoreError'),
+    transactional: pick('transactional'),
+    durable: pick('durable') || pick('transactional'),
     operation: routeOptions.operation,
   };
   validatePolicy(policy);

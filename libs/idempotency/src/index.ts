@@ -14,7 +14,10 @@ export {
   IdempotencyClaim,
   type BeginRequest,
   type BeginResult,
+  type Execution,
+  type ExecutionResult,
   type FinishResult,
+  type HandlerOutcome,
 } from './engine/idempotency.service.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
 export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
@@ -23,9 +26,11 @@ export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonF
 export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
 export { newOwnerToken } from './engine/owner-token.js';
 export { IdempotencyStore, type ClaimRequest, type ClaimResult } from './stores/idempotency-store.js';
-export { MemoryIdempotencyStore } from './stores/memory-idempotency.store.js';
+export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
+export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
 export * from './errors/idempotency.exceptions.js';
 export * from './errors/idempotency-outcome.errors.js';
 export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
+export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';

@@ -10,6 +10,7 @@ import { derivedKey } from './scoped-key.js';
  */
 export class IdempotencyContextRef {
   private forcedOutcome?: OutcomeOverride;
+  private transactionManager?: unknown;
 
   constructor(private readonly claim: IdempotencyClaim) {}
 
@@ -41,6 +42,31 @@ export class IdempotencyContextRef {
    */
   derivedKey(name: string): string {
     return derivedKey(this.claim.scoped, name);
+  }
+
+  /**
+   * On a `transactional` route, the ORM handle of the transaction the engine opened around the
+   * handler (a TypeORM `EntityManager` with `@app/idempotency/typeorm`). Write the business rows
+   * through it: they commit together with the completed idempotency record, or not at all.
+   *
+   * @example const manager = idem.getManager<EntityManager>(); await manager.save(order);
+   * @throws Error when the route is not transactional.
+   */
+  getManager<T = unknown>(): T {
+    if (this.transactionManager === undefined) {
+      throw new Error('No idempotency transaction: mark the route @Idempotent({ transactional: true }) and configure a durableStore.');
+    }
+    return this.transactionManager as T;
+  }
+
+  /** True on a transactional route, once the handler runs in the engine's transaction. */
+  get inTransaction(): boolean {
+    return this.transactionManager !== undefined;
+  }
+
+  /** @internal */
+  attachManager(manager: unknown): void {
+    this.transactionManager = manager ?? undefined;
   }
 
   /** Forces what becomes of this response: `store` or `release` (CONTRACT B.7 rule 19). */

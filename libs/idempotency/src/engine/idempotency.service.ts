@@ -1,9 +1,12 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Logger, OnApplicationShutdown, Optional } from '@nestjs/common';
+import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { buildProblem } from '../errors/idempotency.exceptions.js';
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import { IdempotencyStore, type ClaimRequest } from '../stores/idempotency-store.js';
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { newOwnerToken } from './owner-token.js';
@@ -18,7 +21,7 @@ export interface BeginRequest {
 
 /**
  * The engine's verdict on a request (DESIGN "The flow of one request"):
- * - `claimed`: run the handler, then `finish` (or `abandon`) the claim;
+ * - `claimed`: run the handler (`execute`), or `finish` / `abandon` the claim yourself;
  * - `replay`: answer the stored response;
  * - `mismatch`: the key was used with another payload;
  * - `in-progress`: the original still runs under a live lease;
@@ -38,9 +41,37 @@ export type BeginResult =
 /** How a claim ended: `stored` (replayable), `released` (key free again) or `lost` (fenced out). */
 export type FinishResult = 'stored' | 'released' | 'lost';
 
+/** How the handler ended, as the adapter saw it. */
+export type HandlerOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
+
+/**
+ * What `execute` needs from an adapter: how to run the handler (with the transaction's ORM handle
+ * on transactional routes), how to wait for the response it produced (undefined: none will come,
+ * e.g. the client went away after a failure), and which outcome the handler forced.
+ *
+ * @publicApi
+ */
+export interface Execution {
+  run(manager: unknown): Promise<HandlerOutcome>;
+  response(outcome: HandlerOutcome): Promise<StoredResponse | undefined>;
+  override(outcome: HandlerOutcome): OutcomeOverride | undefined;
+}
+
+/**
+ * The result of `execute`: `sent` (the response stands), `replaced` (it must not be sent: the
+ * transaction did not commit, send `response` instead), or `not-run` (the claim was lost before
+ * the handler started; `response` is the answer).
+ *
+ * @publicApi
+ */
+export type ExecutionResult =
+  | { kind: 'sent' }
+  | { kind: 'replaced'; reason: 'lost' | 'store-unavailable'; retryAfterSeconds: number }
+  | { kind: 'not-run'; retryAfterSeconds: number };
+
 /**
  * A claim this process holds on a record. While it lives, a heartbeat renews the lease; once the
- * store refuses a renewal, the claim is `lost` and the engine will not complete it.
+ * authoritative store refuses a renewal, the claim is `lost` and the engine will not complete it.
  *
  * @publicApi
  */
@@ -95,10 +126,14 @@ export class IdempotencyClaim {
 /** A waiter re-reads the record at least this often, even without a notification. */
 const WAIT_POLL_CEILING_MS = 1000;
 
+/** Thrown inside a transaction to roll it back on purpose; never escapes the engine. */
+const ROLLBACK = Symbol('rollback');
+
 /**
  * The transport-agnostic engine: claim → run → complete or release, replays, mismatches,
- * in-progress answers, leases with heartbeats, and recovery of dead leases, every write fenced
- * by the claim's owner token. It knows nothing of HTTP: adapters map its results.
+ * in-progress answers, leases with heartbeats, recovery of dead leases, and the durable tier as
+ * the authority on `durable` routes. Every write is fenced by the claim's owner token. It knows
+ * nothing of HTTP: adapters map its results.
  *
  * @publicApi
  */
@@ -110,6 +145,7 @@ export class IdempotencyService implements OnApplicationShutdown {
   constructor(
     readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
+    @Optional() readonly durableStore?: DurableIdempotencyStore | null,
   ) {}
 
   /**
@@ -118,6 +154,11 @@ export class IdempotencyService implements OnApplicationShutdown {
    */
   async begin(request: BeginRequest): Promise<BeginResult> {
     const { policy } = request;
+    if (policy.durable && !this.durableStore) {
+      throw new IdempotencyConfigurationError(
+        'a durable or transactional route needs a durable store: pass `durableStore` to IdempotencyModule.',
+      );
+    }
     const claimRequest: ClaimRequest = {
       ownerToken: newOwnerToken(),
       fingerprint: request.fingerprint,
@@ -127,10 +168,14 @@ export class IdempotencyService implements OnApplicationShutdown {
     const waitUntil = policy.inProgress.mode === 'wait' ? Date.now() + policy.inProgress.maxWaitMs : 0;
     for (;;) {
       const claimed = await this.store.claim(request.scoped.id, claimRequest);
-      const result =
-        claimed.kind === 'claimed'
-          ? this.hold(request.scoped, claimed.record, policy, false)
-          : await this.judge(request, claimed.record, claimed.nowMs, claimRequest);
+      let result: BeginResult;
+      if (claimed.kind === 'existing') {
+        result = await this.judge(request, claimed.record, claimed.nowMs, claimRequest);
+      } else if (policy.durable) {
+        result = await this.confirmDurable(request, claimRequest);
+      } else {
+        result = this.hold(request.scoped, claimed.record, policy, false);
+      }
       const remainingMs = waitUntil - Date.now();
       if (result.kind !== 'in-progress' || remainingMs <= 0) return result;
       await this.store.waitForChange(request.scoped.id, Math.min(remainingMs, WAIT_POLL_CEILING_MS));
@@ -138,21 +183,44 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   /**
+   * Runs a claimed request to its end: the handler, then its response's outcome (CONTRACT B.7).
+   * On `transactional` routes the handler runs inside a durable-store transaction and the
+   * completed record commits in it; a failed or released outcome rolls the business writes back.
+   * Never rejects: a store failure after the handler ran is logged, and the response stands
+   * unless the transaction could not commit (`replaced`).
+   */
+  async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+    if (!claim.policy.transactional) {
+      const outcome = await execution.run(undefined);
+      const response = await execution.response(outcome);
+      await this.settle(claim, response, execution.override(outcome));
+      return { kind: 'sent' };
+    }
+    return this.executeInTransaction(claim, execution);
+  }
+
+  /**
    * Ends a claim with the handler's response: stores it (later retries replay it) or releases
    * the key, as the outcome policy and `override` decide (CONTRACT B.7). Fenced: a claim that
-   * lost its record writes nothing and returns `lost`.
+   * lost its record writes nothing and returns `lost`. On durable routes the durable store
+   * decides, and the fast tier follows.
    */
   async finish(claim: IdempotencyClaim, response: StoredResponse, override?: OutcomeOverride): Promise<FinishResult> {
     this.drop(claim);
-    const { policy, scoped, ownerToken } = claim;
-    if (decideOutcome(response.statusCode, policy, override) === 'release') {
+    if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
       return this.releaseClaim(claim);
     }
-    const stored =
-      response.body && response.body.length > policy.maxStoredResponseBytes
-        ? { statusCode: response.statusCode, headers: response.headers, bodyOmitted: true }
-        : response;
-    const completed = await this.store.complete(scoped.id, ownerToken, stored);
+    const stored = this.storable(claim.policy, response);
+    if (claim.policy.durable) {
+      const completed = await this.durable().complete(claim.scoped.id, claim.ownerToken, stored);
+      if (!completed) {
+        this.logLost(claim, 'complete');
+        return 'lost';
+      }
+      await this.mirrorCompletion(claim, stored);
+      return 'stored';
+    }
+    const completed = await this.store.complete(claim.scoped.id, claim.ownerToken, stored);
     if (!completed) this.logLost(claim, 'complete');
     return completed ? 'stored' : 'lost';
   }
@@ -168,6 +236,63 @@ export class IdempotencyService implements OnApplicationShutdown {
     this.liveClaims.clear();
   }
 
+  private async settle(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    override: OutcomeOverride | undefined,
+  ): Promise<void> {
+    try {
+      if (response) await this.finish(claim, response, override);
+      else await this.abandon(claim);
+    } catch (error) {
+      this.drop(claim);
+      this.logger.error(
+        `could not record the outcome key=${claim.scoped.id}: ${(error as Error).message}; the lease lapses and a retry recovers`,
+      );
+    }
+  }
+
+  private async executeInTransaction(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+    const { scoped, ownerToken, policy } = claim;
+    let outcome: HandlerOutcome | undefined;
+    let response: StoredResponse | undefined;
+    let committed: StoredResponse | undefined;
+    try {
+      await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
+        outcome = await execution.run(transaction.manager);
+        response = await execution.response(outcome);
+        if (!response || !outcome.ok) throw ROLLBACK;
+        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+        const stored = this.storable(policy, response);
+        if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
+          throw new IdempotencyClaimLostError(scoped.id);
+        }
+        committed = stored;
+      });
+    } catch (error) {
+      if (error === ROLLBACK) {
+        // The business writes are rolled back; the outcome policy still decides the record.
+        await this.settle(claim, response, outcome && execution.override(outcome));
+        return { kind: 'sent' };
+      }
+      this.drop(claim);
+      const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));
+      if (error instanceof IdempotencyClaimLostError) {
+        this.logLost(claim, 'transaction');
+        return outcome ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 } : { kind: 'not-run', retryAfterSeconds: 1 };
+      }
+      // The commit may or may not have happened: keep the claim; after its lease, recovery reads
+      // the durable row and replays what committed or runs again what did not.
+      this.logger.error(`transaction failed key=${scoped.id}: ${(error as Error).message}; the claim is kept until its lease lapses`);
+      return outcome
+        ? { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds }
+        : { kind: 'not-run', retryAfterSeconds };
+    }
+    this.drop(claim);
+    await this.mirrorCompletion(claim, committed!);
+    return { kind: 'sent' };
+  }
+
   private async judge(
     request: BeginRequest,
     record: IdempotencyRecord,
@@ -177,15 +302,19 @@ export class IdempotencyService implements OnApplicationShutdown {
   ): Promise<BeginResult> {
     // A mismatch beats in-progress: waiting would not help the client (CONTRACT B.5 step 5.3).
     if (record.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
-    if (record.state === 'completed') {
-      const response = record.response;
-      if (!response) throw new Error('A completed record has no response: the store broke its contract.');
-      return response.bodyOmitted ? { kind: 'replay-unavailable', response } : { kind: 'replay', response };
-    }
+    if (record.state === 'completed') return this.replayOf(record);
     if (record.leaseExpiresAtMs > nowMs || afterTakeover) {
       return { kind: 'in-progress', retryAfterSeconds: this.retryAfter(request.policy, record, nowMs) };
     }
-    return this.recoverDeadLease(request, record, claimRequest);
+    return request.policy.durable
+      ? this.recoverThroughDurable(request, record, claimRequest)
+      : this.recoverDeadLease(request, record, claimRequest);
+  }
+
+  private replayOf(record: IdempotencyRecord): BeginResult {
+    const response = record.response;
+    if (!response) throw new Error('A completed record has no response: the store broke its contract.');
+    return response.bodyOmitted ? { kind: 'replay-unavailable', response } : { kind: 'replay', response };
   }
 
   /**
@@ -212,14 +341,121 @@ export class IdempotencyService implements OnApplicationShutdown {
     return { kind: 'outcome-unknown', response };
   }
 
+  /**
+   * A durable route found a dead lease in the fast tier. Take the fast record first, so one
+   * recoverer proceeds, then let the durable row decide (DESIGN step 7).
+   */
+  private async recoverThroughDurable(
+    request: BeginRequest,
+    record: IdempotencyRecord,
+    claimRequest: ClaimRequest,
+  ): Promise<BeginResult> {
+    const taken = await this.store.takeOver(request.scoped.id, record.ownerToken, claimRequest);
+    if (taken.kind === 'existing') {
+      return this.judge(request, taken.record, taken.nowMs, claimRequest, true);
+    }
+    return this.confirmDurable(request, claimRequest);
+  }
+
+  /**
+   * We hold the fast claim of a durable route: insert the durable row. If one exists, the fast
+   * tier had lost the record (eviction, failover, flush) or its owner died: the row decides.
+   * Redis alone never decides that a durable route runs (DESIGN step 4).
+   */
+  private async confirmDurable(request: BeginRequest, claimRequest: ClaimRequest): Promise<BeginResult> {
+    const { scoped, policy } = request;
+    const durable = this.durable();
+    try {
+      const claimed = await durable.claim(scoped.id, claimRequest);
+      if (claimed.kind === 'claimed') return this.hold(scoped, claimed.record, policy, false);
+      const row = claimed.record;
+      if (row.fingerprint !== request.fingerprint || row.state === 'completed' || row.leaseExpiresAtMs > claimed.nowMs) {
+        return await this.answerFromDurable(request, row, claimed.nowMs, claimRequest.ownerToken);
+      }
+      return await this.recoverDurableRow(request, row, claimRequest);
+    } catch (error) {
+      await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+      throw error;
+    }
+  }
+
+  /** The durable row answers (mismatch, replay, in progress); the fast tier is repaired or freed. */
+  private async answerFromDurable(
+    request: BeginRequest,
+    row: IdempotencyRecord,
+    nowMs: number,
+    fastOwnerToken: string,
+  ): Promise<BeginResult> {
+    const id = request.scoped.id;
+    if (row.fingerprint === request.fingerprint && row.state === 'completed' && row.response) {
+      // Repair: the fast claim we hold becomes the completed record, so the next retry is cheap.
+      await this.store.complete(id, fastOwnerToken, row.response).catch(() => undefined);
+      return this.replayOf(row);
+    }
+    await this.store.release(id, fastOwnerToken).catch(() => undefined);
+    if (row.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
+    return { kind: 'in-progress', retryAfterSeconds: this.retryAfter(request.policy, row, nowMs) };
+  }
+
+  /**
+   * The durable row is in progress under a dead lease. On a transactional route nothing of the
+   * dead run committed (its business writes and the completed row commit together), so taking
+   * over is safe. Otherwise the `staleLock` policy decides.
+   */
+  private async recoverDurableRow(
+    request: BeginRequest,
+    row: IdempotencyRecord,
+    claimRequest: ClaimRequest,
+  ): Promise<BeginResult> {
+    const { scoped, policy } = request;
+    const durable = this.durable();
+    const taken = await durable.takeOver(scoped.id, row.ownerToken, claimRequest);
+    if (taken.kind === 'existing') {
+      return this.answerFromDurable(request, taken.record, taken.nowMs, claimRequest.ownerToken);
+    }
+    if (policy.transactional || policy.staleLock === 'takeover') {
+      this.logger.warn(
+        `takeover of a dead lease key=${scoped.id} fencing=${taken.record.fencingToken} transactional=${policy.transactional}`,
+      );
+      return this.hold(scoped, taken.record, policy, true);
+    }
+    const response = this.outcomeUnknownResponse();
+    await durable.complete(scoped.id, claimRequest.ownerToken, response);
+    await this.store.complete(scoped.id, claimRequest.ownerToken, response).catch(() => undefined);
+    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
+    return { kind: 'outcome-unknown', response };
+  }
+
   private hold(scoped: ScopedKey, record: IdempotencyRecord, policy: ResolvedPolicy, tookOver: boolean): BeginResult {
     const claim = new IdempotencyClaim(scoped, record, policy, tookOver);
     claim.startHeartbeat(
-      () => this.store.extend(scoped.id, record.ownerToken, policy.leaseMs),
+      () => this.renew(claim),
       () => this.logLost(claim, 'heartbeat'),
     );
     this.liveClaims.add(claim);
     return { kind: 'claimed', claim };
+  }
+
+  /** On durable routes the durable lease is the one that counts; the fast one follows. */
+  private async renew(claim: IdempotencyClaim): Promise<boolean> {
+    const { scoped, ownerToken, policy } = claim;
+    if (!policy.durable) return this.store.extend(scoped.id, ownerToken, policy.leaseMs);
+    const [, durable] = await Promise.all([
+      this.store.extend(scoped.id, ownerToken, policy.leaseMs).catch(() => false),
+      this.durable().extend(scoped.id, ownerToken, policy.leaseMs),
+    ]);
+    return durable;
+  }
+
+  /** After the durable row completed: the fast tier follows, and its failure changes nothing. */
+  private async mirrorCompletion(claim: IdempotencyClaim, stored: StoredResponse): Promise<void> {
+    const { scoped, ownerToken, record } = claim;
+    try {
+      if (await this.store.complete(scoped.id, ownerToken, stored)) return;
+      await this.store.restore(scoped.id, { ...record, state: 'completed', ownerToken, response: stored });
+    } catch (error) {
+      this.logger.warn(`fast tier not updated after completion key=${scoped.id}: ${(error as Error).message}; the durable record answers retries`);
+    }
   }
 
   private drop(claim: IdempotencyClaim): void {
@@ -228,9 +464,29 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   private async releaseClaim(claim: IdempotencyClaim): Promise<FinishResult> {
-    const released = await this.store.release(claim.scoped.id, claim.ownerToken);
+    const { scoped, ownerToken, policy } = claim;
+    if (policy.durable) {
+      const released = await this.durable().release(scoped.id, ownerToken);
+      await this.store.release(scoped.id, ownerToken).catch(() => undefined);
+      if (!released) this.logLost(claim, 'release');
+      return released ? 'released' : 'lost';
+    }
+    const released = await this.store.release(scoped.id, ownerToken);
     if (!released) this.logLost(claim, 'release');
     return released ? 'released' : 'lost';
+  }
+
+  private storable(policy: ResolvedPolicy, response: StoredResponse): StoredResponse {
+    return response.body && response.body.length > policy.maxStoredResponseBytes
+      ? { statusCode: response.statusCode, headers: response.headers, bodyOmitted: true }
+      : response;
+  }
+
+  private durable(): DurableIdempotencyStore {
+    if (!this.durableStore) {
+      throw new IdempotencyConfigurationError('no durable store is configured: pass `durableStore` to IdempotencyModule.');
+    }
+    return this.durableStore;
   }
 
   private retryAfter(policy: ResolvedPolicy, record: IdempotencyRecord, nowMs: number): number {

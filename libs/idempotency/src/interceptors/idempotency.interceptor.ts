@@ -1,5 +1,4 @@
 import {
-  HttpException,
   Inject,
   Injectable,
   Logger,
@@ -15,7 +14,7 @@ import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator
 import { computeFingerprint } from '../engine/fingerprint.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
-import { IdempotencyService, type IdempotencyClaim } from '../engine/idempotency.service.js';
+import { IdempotencyService, type HandlerOutcome, type IdempotencyClaim } from '../engine/idempotency.service.js';
 import { replayableHeaders } from '../engine/replayable-headers.js';
 import { buildScopedKey, type ScopedKey } from '../engine/scoped-key.js';
 import {
@@ -25,13 +24,13 @@ import {
 } from '../errors/idempotency.exceptions.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
-import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
+import { IDEMPOTENCY_KEY_HEADER, PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyHttpRequest, IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { ResponseCapture, type CapturedResponse } from './response-capture.js';
+import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 
 /** The request as Express and Fastify hand it over; only what the adapter reads. */
 type HttpRequest = IdempotencyHttpRequest & {
@@ -48,8 +47,6 @@ type HttpRequest = IdempotencyHttpRequest & {
 
 /** The response as Express (a `ServerResponse`) or Fastify (a reply around one) hands it over. */
 type HttpResponse = { raw?: ServerResponse } & Partial<ServerResponse>;
-
-type HandlerOutcome = { ok: true; value: unknown } | { ok: false; error: unknown };
 
 /** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
 export interface ResolvedScope {
@@ -228,62 +225,56 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
 
     const routeOutcome = this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]);
-    let thrownOutcome: 'store' | 'release' | undefined;
     const ownHeaders = new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]);
+    const handled = deferred<HandlerOutcome>();
+    const sent = deferred<StoredResponse | undefined>();
 
-    const capture = new ResponseCapture(raw, policy.maxStoredResponseBytes, (captured) =>
-      this.settle(claim, this.toStored(captured, ownHeaders), idem.outcome ?? thrownOutcome ?? routeOutcome),
-    );
+    const execution = this.engine.execute(claim, {
+      run: async (manager) => {
+        idem.attachManager(manager);
+        // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
+        // subscription, and the handler's result must still settle the claim.
+        const outcome = await lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+          (value): HandlerOutcome => ({ ok: true, value }),
+          (error: unknown): HandlerOutcome => ({ ok: false, error }),
+        );
+        handled.resolve(outcome);
+        return outcome;
+      },
+      response: () => sent.promise,
+      override: (outcome) => idem.outcome ?? (outcome.ok ? undefined : forcedOutcomeOf(outcome.error)) ?? routeOutcome,
+    });
+    void execution.then((result) => {
+      if (result.kind === 'not-run') {
+        const error = this.problem('idempotency-request-in-progress', { echo, retryAfterSeconds: result.retryAfterSeconds });
+        handled.resolve({ ok: false, error });
+      }
+    });
 
-    // Subscribed here, not by Nest: a client that disconnects makes Nest drop its subscription,
-    // and the handler's result must still settle the claim.
-    const outcome: Promise<HandlerOutcome> = lastValueFrom(next.handle(), { defaultValue: undefined }).then(
-      (value) => ({ ok: true, value }),
-      (error: unknown) => ({ ok: false, error }),
-    );
+    const capture = new ResponseCapture(raw, policy.maxStoredResponseBytes, async (captured) => {
+      sent.resolve(this.toStored(captured, ownHeaders));
+      const result = await execution;
+      return result.kind === 'replaced' ? this.replacementFor(result, echo) : undefined;
+    });
     raw.once('close', () => {
-      if (!capture.ended) void outcome.then((settled) => this.settleWithoutResponse(claim, settled, raw, ownHeaders, idem));
+      if (!capture.ended) void handled.promise.then((outcome) => sent.resolve(this.unsentResponse(outcome, raw, ownHeaders)));
     });
     return from(
-      outcome.then((settled) => {
-        if (settled.ok) return settled.value;
-        thrownOutcome = forcedOutcomeOf(settled.error);
-        throw settled.error;
+      handled.promise.then((outcome) => {
+        if (outcome.ok) return outcome.value;
+        throw outcome.error;
       }),
     );
-  }
-
-  /** Ends the claim with what was sent. A store failure here must not turn a success into an error. */
-  private async settle(claim: IdempotencyClaim, stored: StoredResponse, override?: 'store' | 'release'): Promise<void> {
-    try {
-      await this.engine.finish(claim, stored, override);
-    } catch (error) {
-      this.logger.error(
-        `could not record the outcome key=${claim.scoped.id} status=${stored.statusCode}: ${(error as Error).message}; the claim's lease lapses and a retry takes over`,
-      );
-    }
   }
 
   /**
    * The client went away before anything was sent, so Nest sends nothing. A handler that
    * succeeded still took effect: record its result serialized as the platform would have sent
-   * it. A handler that failed releases the key.
+   * it. A handler that failed records nothing (the key is released, or rolled back).
    */
-  private async settleWithoutResponse(
-    claim: IdempotencyClaim,
-    settled: HandlerOutcome,
-    raw: ServerResponse,
-    ownHeaders: ReadonlySet<string>,
-    idem: IdempotencyContextRef,
-  ): Promise<void> {
-    if (!settled.ok) {
-      const status = settled.error instanceof HttpException ? settled.error.getStatus() : 500;
-      const override = idem.outcome ?? forcedOutcomeOf(settled.error);
-      if (override === 'store' || status < 500) this.logger.warn(`client gone before an error response was written key=${claim.scoped.id}: key released`);
-      await this.engine.abandon(claim).catch(() => undefined);
-      return;
-    }
-    const { value } = settled;
+  private unsentResponse(outcome: HandlerOutcome, raw: ServerResponse, ownHeaders: ReadonlySet<string>): StoredResponse | undefined {
+    if (!outcome.ok) return undefined;
+    const { value } = outcome;
     const headers = { ...raw.getHeaders() };
     let body: Buffer;
     if (value === undefined || value === null) body = Buffer.alloc(0);
@@ -292,8 +283,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
       body = Buffer.from(JSON.stringify(value));
       headers['content-type'] ??= 'application/json; charset=utf-8';
     } else body = Buffer.from(String(value));
-    const captured: CapturedResponse = { statusCode: raw.statusCode, headers, body, bodyOmitted: false };
-    await this.settle(claim, this.toStored(captured, ownHeaders), idem.outcome);
+    return this.toStored({ statusCode: raw.statusCode, headers, body, bodyOmitted: false }, ownHeaders);
+  }
+
+  /** What a response whose transaction did not commit is replaced with: a retryable problem. */
+  private replacementFor(
+    result: { reason: 'lost' | 'store-unavailable'; retryAfterSeconds: number },
+    echo: string | undefined,
+  ): ReplacementResponse {
+    const kind = result.reason === 'lost' ? 'idempotency-request-in-progress' : 'idempotency-store-unavailable';
+    const exception = this.problem(kind, { echo, retryAfterSeconds: result.retryAfterSeconds });
+    return {
+      statusCode: exception.getStatus(),
+      headers: { ...exception.headers, 'Content-Type': PROBLEM_CONTENT_TYPE },
+      body: Buffer.from(JSON.stringify(exception.problem)),
+    };
   }
 
   private toStored(captured: CapturedResponse, ownHeaders: ReadonlySet<string>): StoredResponse {
@@ -361,6 +365,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       headers,
     );
   }
+}
+
+function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
+  let resolve!: (value: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
 }
 
 function replayMarker(policy: ResolvedPolicy, replayed: boolean): string {

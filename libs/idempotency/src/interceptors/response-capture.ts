@@ -1,6 +1,13 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 
 /** What was about to be sent: status, every header, and the body bytes unless they overflowed. */
+/** What to send instead of a captured response that must not go out (its transaction rolled back). */
+export interface ReplacementResponse {
+  statusCode: number;
+  headers: Record<string, string>;
+  body: Buffer;
+}
+
 export interface CapturedResponse {
   statusCode: number;
   headers: OutgoingHttpHeaders;
@@ -35,7 +42,8 @@ export class ResponseCapture {
   constructor(
     private readonly raw: ServerResponse,
     private readonly limitBytes: number,
-    private readonly onEnd: (captured: CapturedResponse) => Promise<void>,
+    /** Resolves when the response may go out; a response it returns is sent instead of the captured one. */
+    private readonly onEnd: (captured: CapturedResponse) => Promise<ReplacementResponse | void>,
   ) {
     this.originalWriteHead = raw.writeHead;
     this.originalWrite = raw.write as unknown as Write;
@@ -94,14 +102,22 @@ export class ResponseCapture {
     this.endCalled = true;
     this.append(chunk, encoding);
     const captured = this.snapshot();
-    const send = () => {
+    const send = (replacement: ReplacementResponse | void) => {
       this.restoreAll();
+      if (replacement && !this.overflowed && !this.raw.headersSent) {
+        this.chunks = [];
+        this.headArgs = undefined;
+        for (const name of this.raw.getHeaderNames()) this.raw.removeHeader(name);
+        this.raw.writeHead(replacement.statusCode, { ...replacement.headers, 'content-length': replacement.body.length });
+        this.originalEnd.call(this.raw, replacement.body, callback);
+        return;
+      }
       if (!this.overflowed) this.flushHead();
       const body = this.overflowed ? undefined : Buffer.concat(this.chunks);
       this.chunks = [];
       this.originalEnd.call(this.raw, body, callback);
     };
-    this.onEnd(captured).then(send, send);
+    this.onEnd(captured).then(send, () => send());
     return this.raw;
   }
 

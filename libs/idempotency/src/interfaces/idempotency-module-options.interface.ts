@@ -1,6 +1,7 @@
 import type { KeySyntax } from '../engine/idempotency-key.parser.js';
 import type { JsonFingerprintMode } from '../engine/fingerprint.js';
 import type { ScopeDimension } from '../engine/scoped-key.js';
+import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyStore } from '../stores/idempotency-store.js';
 
 /**
@@ -116,6 +117,31 @@ export interface IdempotencyPolicyOptions {
   maxStoredResponseBytes?: number;
   /** `fail-closed`: 503 and the handler does not run when the store fails; `fail-open`: run unprotected (B.10 rule 32). @default 'fail-closed' */
   onStoreError?: 'fail-closed' | 'fail-open';
+  /**
+   * Confirm every fresh claim in the durable store before the handler runs, and let it decide
+   * whenever the fast tier has lost a record or holds a dead lease (DESIGN, steps 4 and 7).
+   * Needs `durableStore`. @default false
+   */
+  durable?: boolean;
+  /**
+   * Run the handler inside a database transaction of the durable store and commit the completed
+   * record in it, so the business writes and the record commit together (DESIGN, step 6). The
+   * handler gets the transaction's `EntityManager` from `IdempotencyContextRef.manager`.
+   * Implies `durable`. @default false
+   */
+  transactional?: boolean;
+}
+
+/**
+ * The reaper deletes expired durable records in batches (DESIGN "Operations").
+ *
+ * @publicApi
+ */
+export interface ReaperOptions {
+  /** Time between two sweeps, in ms. @default 60_000 */
+  intervalMs?: number;
+  /** Rows deleted per statement; a sweep repeats until a batch comes back short. @default 500 */
+  batchSize?: number;
 }
 
 /**
@@ -136,6 +162,10 @@ export interface IdempotentOptions extends IdempotencyPolicyOptions {
 export interface IdempotencyModuleOptions extends IdempotencyPolicyOptions {
   /** The fast tier. A store you pass in is yours: the module never closes a client it did not create. @default new MemoryIdempotencyStore() */
   store?: IdempotencyStore;
+  /** The durable tier (the authority), for `durable` and `transactional` routes. @default undefined */
+  durableStore?: DurableIdempotencyStore;
+  /** Delete expired durable records periodically; safe on many instances. `false` or absent: off. @default undefined */
+  reaper?: ReaperOptions | false;
   /** Returns the tenant of a request (B.3). @default undefined: a scope that includes 'tenant' cannot be resolved */
   tenant?: ScopeResolver;
   /** Returns the authenticated principal of a request (B.3). @default the `id` or `sub` of `request.user`, as Passport sets it */
