@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { IdempotencyService } from './engine/idempotency.service.js';
+import { IdempotencyReaper } from './engine/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
 import { IdempotencyModuleBase } from './idempotency.module-definition.js';
 import { durableStoreProvider, settingsProvider, storeProvider } from './idempotency.providers.js';
@@ -17,7 +18,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
  * @publicApi
  */
 @Module({
-  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
-  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyInterceptor, IdempotencyProblemFilter],
+  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
+  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

@@ -20,6 +20,7 @@ export {
   type HandlerOutcome,
 } from './engine/idempotency.service.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
+export { IdempotencyReaper } from './engine/idempotency-reaper.js';
 export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
 export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } from './engine/idempotency-key.parser.js';
 export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';

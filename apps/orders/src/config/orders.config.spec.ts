@@ -29,7 +29,14 @@ describe('parseOrdersConfig', () => {
       webhookSecret: undefined,
       logLevel: 'log',
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
+      idempotencyLeaseMs: 30_000,
     });
+  });
+
+  it('reads IDEMPOTENCY_LEASE_MS and refuses a value outside 300..3600000', () => {
+    expect(parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: '1500' }, '/srv/app').idempotencyLeaseMs).toBe(1500);
+    expect(() => parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: '100' }, '/srv/app')).toThrow(/IDEMPOTENCY_LEASE_MS/);
+    expect(() => parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: 'soon' }, '/srv/app')).toThrow(/IDEMPOTENCY_LEASE_MS/);
   });
 
   it('treats empty values as absent', () => {

@@ -42,6 +42,8 @@ export interface OrdersConfig {
   logLevel: LogLevel;
   /** Base URI of every problem `type` (RFC 9457); ends with `/`. @default 'https://api.example.com/problems/' */
   problemTypeBaseUri: string;
+  /** Lease of an idempotency claim, in ms (heartbeat every third of it). @default 30_000 */
+  idempotencyLeaseMs: number;
 }
 
 /** Thrown when the environment holds invalid values; the message lists every one of them. */
@@ -57,6 +59,7 @@ export class OrdersConfigError extends Error {
 
 export const DEFAULT_PORT = 3000;
 export const DEFAULT_PROBLEM_TYPE_BASE_URI = 'https://api.example.com/problems/';
+export const DEFAULT_IDEMPOTENCY_LEASE_MS = 30_000;
 /** Nest's log levels, from the most to the least severe. */
 export const LOG_LEVELS_BY_SEVERITY: readonly LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -115,10 +118,25 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     problems.push(`PROBLEM_TYPE_BASE_URI must be an absolute URI ending with "/" (got "${problemTypeBaseUri}")`);
   }
 
+  const leaseRaw = value('IDEMPOTENCY_LEASE_MS');
+  const idempotencyLeaseMs = leaseRaw === undefined ? DEFAULT_IDEMPOTENCY_LEASE_MS : Number(leaseRaw);
+  if (!Number.isInteger(idempotencyLeaseMs) || idempotencyLeaseMs < 300 || idempotencyLeaseMs > 3_600_000) {
+    problems.push(`IDEMPOTENCY_LEASE_MS must be an integer from 300 to 3600000 (got "${leaseRaw}")`);
+  }
+
   if (problems.length > 0) {
     throw new OrdersConfigError(problems);
   }
-  return { port, host, database, fastStore, webhookSecret, logLevel: logLevel as LogLevel, problemTypeBaseUri };
+  return {
+    port,
+    host,
+    database,
+    fastStore,
+    webhookSecret,
+    logLevel: logLevel as LogLevel,
+    problemTypeBaseUri,
+    idempotencyLeaseMs,
+  };
 }
 
 /** The levels Nest should print for a minimum level: `warn` → fatal, error, warn. */

@@ -17,12 +17,12 @@ import type { DataSource, EntityManager } from 'typeorm';
  */
 @Injectable()
 export class TransactionRunner {
-  private readonly exclusive: boolean;
+  private readonly oneConnection: boolean;
   private readonly inside = new AsyncLocalStorage<true>();
   private tail: Promise<unknown> = Promise.resolve();
 
   constructor(@InjectDataSource() private readonly dataSource: DataSource) {
-    this.exclusive = dataSource.options.type === 'sqljs';
+    this.oneConnection = dataSource.options.type === 'sqljs';
   }
 
   /** Runs `work` in one database transaction: committed if it resolves, rolled back if it throws. */
@@ -35,8 +35,17 @@ export class TransactionRunner {
     return this.serialized(() => work(this.dataSource.manager));
   }
 
+  /**
+   * Runs `work` alone on sql.js (after the running transaction or read), at once on PostgreSQL.
+   * The idempotency layer's durable store goes through here, so its statements and transactions
+   * never interleave with the service's own on sql.js' single connection.
+   */
+  exclusive<T>(work: () => Promise<T>): Promise<T> {
+    return this.serialized(work);
+  }
+
   private serialized<T>(work: () => Promise<T>): Promise<T> {
-    if (!this.exclusive || this.inside.getStore() === true) {
+    if (!this.oneConnection || this.inside.getStore() === true) {
       return work();
     }
     const run = this.tail.then(() => this.inside.run(true, work));
