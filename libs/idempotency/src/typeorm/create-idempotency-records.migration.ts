@@ -1,0 +1,75 @@
+import { Table, TableIndex, type MigrationInterface, type QueryRunner, type TableColumnOptions } from 'typeorm';
+import {
+  IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
+  IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+  IDEMPOTENCY_RECORDS_TABLE,
+  unsupportedDataSourceType,
+} from './idempotency-record.entity.js';
+
+const required = (name: string, type: string, length?: string): TableColumnOptions => ({
+  name,
+  type,
+  isNullable: false,
+  ...(length !== undefined && { length }),
+});
+const optional = (name: string, type: string): TableColumnOptions => ({ name, type, isNullable: true });
+
+/**
+ * Creates the durable table `idempotency_records` and its `expires_at_ms` index, on PostgreSQL
+ * and on SQLite (sql.js). It creates exactly what the entities describe, so TypeORM's schema
+ * diff finds nothing to change afterwards. Add it to your DataSource's `migrations` (with your
+ * own, in any order: TypeORM orders them by the timestamp in the name) and run them as you run
+ * yours. `down` drops the table with every record in it.
+ *
+ * Column types are the ones both databases share (`varchar(n)`, `integer`, `bigint`, `text`,
+ * `boolean`); the body is `bytea` on PostgreSQL and `blob` on SQLite.
+ *
+ * @example
+ * new DataSource({ ..., migrations: [...MY_MIGRATIONS, ...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
+ * @publicApi
+ */
+export class CreateIdempotencyRecords1764100000000 implements MigrationInterface {
+  name = 'CreateIdempotencyRecords1764100000000';
+
+  async up(queryRunner: QueryRunner): Promise<void> {
+    const type = queryRunner.dataSource.options.type;
+    if (type !== 'postgres' && type !== 'sqljs') throw unsupportedDataSourceType(type);
+    await queryRunner.createTable(
+      new Table({
+        name: IDEMPOTENCY_RECORDS_TABLE,
+        columns: [
+          {
+            ...required('key', 'varchar', '64'),
+            isPrimary: true,
+            primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+          },
+          required('state', 'varchar', '16'),
+          required('fingerprint', 'varchar', '64'),
+          required('owner_token', 'varchar', '64'),
+          required('fencing_token', 'integer'),
+          required('created_at_ms', 'bigint'),
+          required('lease_expires_at_ms', 'bigint'),
+          required('expires_at_ms', 'bigint'),
+          optional('response_status', 'integer'),
+          optional('response_headers', 'text'),
+          optional('response_body', type === 'postgres' ? 'bytea' : 'blob'),
+          { ...required('response_body_omitted', 'boolean'), default: type === 'postgres' ? 'false' : '0' },
+        ],
+        indices: [new TableIndex({ name: IDEMPOTENCY_RECORDS_EXPIRES_INDEX, columnNames: ['expires_at_ms'] })],
+      }),
+    );
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.dropTable(IDEMPOTENCY_RECORDS_TABLE);
+  }
+}
+
+/**
+ * The migrations of the durable tier, oldest first.
+ *
+ * @publicApi
+ */
+export const IDEMPOTENCY_TYPEORM_MIGRATIONS: [typeof CreateIdempotencyRecords1764100000000] = [
+  CreateIdempotencyRecords1764100000000,
+];

@@ -1,0 +1,20 @@
+/**
+ * `@app/idempotency/typeorm`: the durable tier on TypeORM (PostgreSQL, or sql.js when embedded).
+ * The only part of the library that imports `typeorm`, so an application without it never
+ * loads it.
+ */
+export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency.store.js';
+export {
+  IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
+  IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+  IDEMPOTENCY_RECORDS_TABLE,
+  IDEMPOTENCY_TYPEORM_ENTITIES,
+  IdempotencyRecordEntity,
+  SqliteIdempotencyRecordEntity,
+  idempotencyTypeOrmEntities,
+  type IdempotencyDataSourceType,
+} from './idempotency-record.entity.js';
+export {
+  CreateIdempotencyRecords1764100000000,
+  IDEMPOTENCY_TYPEORM_MIGRATIONS,
+} from './create-idempotency-records.migration.js';
