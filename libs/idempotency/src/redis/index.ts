@@ -1,1 +1,9 @@
-export const REDIS = 'redis';
+/**
+ * `@app/idempotency/redis`: the Redis fast tier. The only part of the library that imports
+ * `ioredis`, so an application without Redis never loads it.
+ */
+export {
+  REDIS_FAIL_FAST_OPTIONS,
+  RedisIdempotencyStore,
+  type RedisIdempotencyStoreOptions,
+} from './redis-idempotency.store.js';

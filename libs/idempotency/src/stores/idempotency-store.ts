@@ -45,10 +45,11 @@ export abstract class IdempotencyStore {
   abstract claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
 
   /**
-   * Compare-and-set takeover of a stale claim: when the record is `in_progress` and owned by
-   * `expectedOwnerToken`, replaces owner token, fingerprint and lease (fencing token + 1,
-   * `createdAtMs` kept, `expiresAtMs` = now + ttl). When the key is absent or expired, claims it
-   * as `claim` would. Otherwise returns the record as it is.
+   * Compare-and-set takeover of a stale claim: when the record is `in_progress`, owned by
+   * `expectedOwnerToken` and its lease has lapsed (`leaseExpiresAtMs <= now`: an owner that
+   * renewed in the meantime keeps its claim), replaces owner token, fingerprint and lease
+   * (fencing token + 1, `createdAtMs` kept, `expiresAtMs` = now + ttl). When the key is absent or
+   * expired, claims it as `claim` would. Otherwise returns the record as it is.
    */
   abstract takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult>;
 

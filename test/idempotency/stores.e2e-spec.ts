@@ -1,0 +1,748 @@
+import { randomBytes } from 'node:crypto';
+import { createServer, type Socket } from 'node:net';
+import { jest } from '@jest/globals';
+import { Cluster, type Redis } from 'ioredis';
+import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from '@app/idempotency';
+import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import {
+  decodeClaimReply,
+  decodeFlagReply,
+  decodeGetReply,
+} from '../../libs/idempotency/src/redis/redis-idempotency.store.js';
+import {
+  deleteKeys,
+  freePort,
+  openRedis,
+  redisUrl,
+  startRedisCluster,
+  startRedisServer,
+  type ThrowawayRedisCluster,
+} from '../utils/redis.js';
+import {
+  claimRequest,
+  describeStoreContract,
+  newFingerprint,
+  newId,
+  newToken,
+  sampleResponse,
+  sleep,
+} from './store-contract.js';
+
+/** Every key this run writes starts with it; the shared Redis is never flushed. */
+const RUN = `idem-stores-${randomBytes(4).toString('hex')}`;
+
+const elapsedSince = (started: number): number => performance.now() - started;
+
+/** Polls `read` until it returns `expected` (pub/sub state settles asynchronously). */
+async function eventually<T>(read: () => Promise<T>, expected: T, timeoutMs = 2_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = await read();
+  while (last !== expected && Date.now() < deadline) {
+    await sleep(20);
+    last = await read();
+  }
+  expect(last).toBe(expected);
+}
+
+describeStoreContract('MemoryIdempotencyStore', async () => {
+  const store = new MemoryIdempotencyStore();
+  return { store, cleanup: async () => store.onApplicationShutdown() };
+});
+
+describe('RedisIdempotencyStore', () => {
+  let redis: Redis;
+  let counter = 0;
+  const nextPrefix = (label: string): string => `${RUN}-${label}${counter++}`;
+  const numsub = async (channel: string): Promise<number> => {
+    const reply = (await redis.call('PUBSUB', 'NUMSUB', channel)) as [string, number];
+    return Number(reply[1]);
+  };
+
+  beforeAll(async () => {
+    redis = await openRedis();
+  });
+  afterAll(async () => {
+    if (!redis) return;
+    await deleteKeys(redis, RUN);
+    await redis.quit();
+  });
+
+  describeStoreContract('RedisIdempotencyStore (127.0.0.1:6379 or REDIS_URL)', async () => {
+    const prefix = nextPrefix('contract');
+    const store = new RedisIdempotencyStore(redis, { prefix });
+    await store.onModuleInit();
+    return {
+      store,
+      cleanup: async () => {
+        await store.onApplicationShutdown();
+        await deleteKeys(redis, `${prefix}:`);
+      },
+    };
+  });
+
+  describe('storage layout', () => {
+    let store: RedisIdempotencyStore;
+    let prefix: string;
+    beforeEach(() => {
+      prefix = nextPrefix('layout');
+      store = new RedisIdempotencyStore(redis, { prefix });
+    });
+    afterEach(() => store.onApplicationShutdown());
+
+    it('keeps one string at <prefix>:{<id>} whose Redis expiry is expiresAtMs, through complete and extend', async () => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const { record } = await store.claim(id, claimRequest({ ttlMs: 90_000 }));
+      expect(await redis.type(key)).toBe('string');
+      expect(await redis.call('PEXPIRETIME', key)).toBe(record.expiresAtMs);
+      expect(await store.extend(id, record.ownerToken, 45_000)).toBe(true);
+      expect(await redis.call('PEXPIRETIME', key)).toBe(record.expiresAtMs);
+      expect(await store.complete(id, record.ownerToken, sampleResponse())).toBe(true);
+      expect(await redis.call('PEXPIRETIME', key)).toBe(record.expiresAtMs);
+      expect(await redis.keys(`${prefix}:*`)).toEqual([key]);
+    });
+
+    it('lets Redis delete an expired record by itself', async () => {
+      const id = newId();
+      await store.claim(id, claimRequest({ ttlMs: 30 }));
+      await sleep(80);
+      expect(await redis.exists(`${prefix}:{${id}}`)).toBe(0);
+    });
+
+    it('takes its clock from Redis TIME: nowMs lies between two TIME readings', async () => {
+      const id = newId();
+      await store.claim(id, claimRequest());
+      const time = async (): Promise<number> => {
+        const [seconds, micros] = await redis.time();
+        return Number(seconds) * 1000 + Math.floor(Number(micros) / 1000);
+      };
+      const before = await time();
+      const result = await store.claim(id, claimRequest());
+      const after = await time();
+      expect(result.kind).toBe('existing');
+      if (result.kind !== 'existing') return;
+      expect(result.nowMs).toBeGreaterThanOrEqual(before);
+      expect(result.nowMs).toBeLessThanOrEqual(after);
+    });
+
+    it('keeps prefixes apart', async () => {
+      const other = new RedisIdempotencyStore(redis, { prefix: nextPrefix('other') });
+      const id = newId();
+      await store.claim(id, claimRequest());
+      expect((await other.claim(id, claimRequest())).kind).toBe('claimed');
+      await other.onApplicationShutdown();
+    });
+
+    it('rejects a prefix that would break the hash tag', () => {
+      expect(() => new RedisIdempotencyStore(redis, { prefix: 'a{b' })).toThrow(TypeError);
+      expect(() => new RedisIdempotencyStore(redis, { prefix: '' })).toThrow(TypeError);
+    });
+  });
+
+  describe('round trips', () => {
+    it('costs exactly one top-level command per claim, complete and get once the scripts are loaded (MONITOR)', async () => {
+      const client = await openRedis();
+      const observer = await openRedis();
+      const store = new RedisIdempotencyStore(client, { prefix: nextPrefix('rt') });
+      const feed = await observer.monitor();
+      try {
+        // Warm-up: ioredis sends each script's text once per connection, then EVALSHA.
+        const warm = newId();
+        const warmClaim = await store.claim(warm, claimRequest());
+        await store.complete(warm, warmClaim.record.ownerToken, sampleResponse());
+        await store.get(warm);
+
+        const info = String(await client.call('CLIENT', 'INFO'));
+        const address = /addr=(\S+)/.exec(info)?.[1];
+        expect(address).toBeDefined();
+        const seen: { source: string; command: string }[] = [];
+        feed.on('monitor', (_time: string, args: string[], source: string) => {
+          if (source === address || source === 'lua') seen.push({ source, command: args[0].toLowerCase() });
+        });
+        const mark = (label: string): Promise<unknown> => client.call('ECHO', `${RUN}-${label}`);
+
+        const id = newId();
+        await mark('start');
+        const claimed = await store.claim(id, claimRequest());
+        await mark('claimed');
+        expect(await store.complete(id, claimed.record.ownerToken, sampleResponse())).toBe(true);
+        await mark('completed');
+        expect((await store.get(id))?.state).toBe('completed');
+        await mark('end');
+        await eventually(async () => seen.filter((s) => s.command === 'echo').length, 4);
+
+        const segments: { top: string[]; lua: string[] }[] = [];
+        for (const entry of seen) {
+          if (entry.command === 'echo') segments.push({ top: [], lua: [] });
+          else if (segments.length > 0) segments[segments.length - 1][entry.source === 'lua' ? 'lua' : 'top'].push(entry.command);
+        }
+        const [claim, complete, get] = segments;
+        expect(claim.top).toEqual(['evalsha']);
+        expect(complete.top).toEqual(['evalsha']);
+        expect(get.top).toEqual(['evalsha']);
+        // The script internals are visible, and marked `lua`: the filter above is not vacuous.
+        expect(claim.lua).toEqual(['time', 'get', 'set', 'pexpireat']);
+        expect(complete.lua).toEqual(['time', 'get', 'set', 'pexpireat', 'publish']);
+        expect(get.lua).toEqual(['time', 'get']);
+        expect(segments[3]).toEqual({ top: [], lua: [] });
+      } finally {
+        feed.disconnect();
+        await store.onApplicationShutdown();
+        await observer.quit();
+        await client.quit();
+      }
+    });
+  });
+
+  describe('unreadable records fail closed', () => {
+    let store: RedisIdempotencyStore;
+    let prefix: string;
+    beforeEach(() => {
+      prefix = nextPrefix('bad');
+      store = new RedisIdempotencyStore(redis, { prefix });
+    });
+    afterEach(() => store.onApplicationShutdown());
+
+    /** The raw value of a record the store wrote itself. */
+    async function rawRecord(completed: boolean): Promise<Buffer> {
+      const id = newId();
+      const { record } = await store.claim(id, claimRequest());
+      if (completed) await store.complete(id, record.ownerToken, sampleResponse());
+      const raw = await redis.getBuffer(`${prefix}:{${id}}`);
+      if (!raw) throw new Error('the store wrote no value');
+      return raw;
+    }
+    const patched = (raw: Buffer, offset: number, value: number): Buffer => {
+      const copy = Buffer.from(raw);
+      copy[offset] = value;
+      return copy;
+    };
+
+    const cases: [string, (key: string) => Promise<unknown>][] = [
+      ['a hash (another data type)', (key) => redis.hset(key, { s: 'c', f: newFingerprint(), b: 'x' })],
+      ['a list', (key) => redis.rpush(key, 'a', 'b')],
+      ['a string that is not a record', (key) => redis.set(key, 'not a record')],
+      ['an empty string', (key) => redis.set(key, '')],
+      ['a truncated record', async (key) => redis.set(key, (await rawRecord(true)).subarray(0, 40))],
+      ['a record of an unknown format version', async (key) => redis.set(key, patched(await rawRecord(true), 0, 9))],
+      ['a record with impossible flags', async (key) => redis.set(key, patched(await rawRecord(true), 1, 2))],
+      ['a record with fencing token 0', async (key) => redis.set(key, patched(await rawRecord(false), 5, 0))],
+      [
+        'an in-progress record followed by stray bytes',
+        async (key) => redis.set(key, Buffer.concat([await rawRecord(false), Buffer.from('xx')])),
+      ],
+    ];
+
+    it.each(cases)('every operation rejects %s with IdempotencyStoreError and leaves it as it is', async (_name, write) => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      await write(key);
+      const before = await redis.dumpBuffer(key);
+      const operations: [string, () => Promise<unknown>][] = [
+        ['get', () => store.get(id)],
+        ['claim', () => store.claim(id, claimRequest())],
+        ['takeOver', () => store.takeOver(id, newToken(), claimRequest())],
+        ['complete', () => store.complete(id, newToken(), sampleResponse())],
+        ['release', () => store.release(id, newToken())],
+        ['extend', () => store.extend(id, newToken(), 1_000)],
+        [
+          'restore',
+          () =>
+            store.restore(id, {
+              state: 'in_progress',
+              fingerprint: newFingerprint(),
+              ownerToken: newToken(),
+              fencingToken: 1,
+              createdAtMs: Date.now(),
+              leaseExpiresAtMs: Date.now() + 1_000,
+              expiresAtMs: Date.now() + 60_000,
+            }),
+        ],
+      ];
+      for (const [name, operation] of operations) {
+        const error = await operation().then(
+          () => new Error(`${name} resolved`),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toContain('unreadable');
+        expect((error as Error).message).toContain(key);
+      }
+      expect(await redis.dumpBuffer(key)).toEqual(before);
+    });
+
+    it('says what to do about an unreadable record', async () => {
+      const id = newId();
+      await redis.set(`${prefix}:{${id}}`, 'x');
+      await expect(store.get(id)).rejects.toThrow(/prefix of its own, or delete the key/);
+    });
+  });
+
+  describe('reply decoders', () => {
+    const b = (text: string): Buffer => Buffer.from(text);
+    const inProgress = (): unknown[] => [0, 1, 1_000, 2_000, 3_000, 0, b('fp'), b('owner'), b(''), b('')];
+    const completed = (): unknown[] => [1 | 4, 2, 1_000, 2_000, 3_000, 201, b('fp'), b('owner'), b('{"a":"b","c":["d"]}'), b('body')];
+    const context = 'claim of idem:{test}';
+    const withField = (fields: unknown[], index: number, value: unknown): unknown[] =>
+      fields.map((field, i) => (i === index ? value : field));
+
+    it('decodes well-formed replies', () => {
+      expect(decodeClaimReply([1, 5_000, ...inProgress()], context)).toEqual({
+        kind: 'claimed',
+        record: {
+          state: 'in_progress',
+          fingerprint: 'fp',
+          ownerToken: 'owner',
+          fencingToken: 1,
+          createdAtMs: 1_000,
+          leaseExpiresAtMs: 2_000,
+          expiresAtMs: 3_000,
+        },
+      });
+      const existing = decodeClaimReply([0, 5_000, ...completed()], context);
+      expect(existing).toMatchObject({ kind: 'existing', nowMs: 5_000, record: { state: 'completed', fencingToken: 2 } });
+      expect(decodeGetReply(completed(), context)?.response).toEqual({
+        statusCode: 201,
+        headers: { a: 'b', c: ['d'] },
+        body: b('body'),
+      });
+      expect(decodeGetReply(withField(withField(completed(), 0, 1 | 2), 9, b('')), context)?.response).toEqual({
+        statusCode: 201,
+        headers: { a: 'b', c: ['d'] },
+        bodyOmitted: true,
+      });
+      expect(decodeGetReply(null, context)).toBeUndefined();
+      expect(decodeFlagReply(1, context)).toBe(true);
+      expect(decodeFlagReply(0, context)).toBe(false);
+    });
+
+    it.each<[string, unknown]>([
+      ['nil', null],
+      ['a status reply', 'OK'],
+      ['an empty array', []],
+      ['one element short', [1, 5_000, ...inProgress().slice(1)]],
+      ['one element too many', [1, 5_000, ...inProgress(), 0]],
+      ['claim kind 2', [2, 5_000, ...inProgress()]],
+      ['the server time as a string', [1, '5000', ...inProgress()]],
+      ['a fractional timestamp', [1, 5_000, ...withField(inProgress(), 2, 1_000.5)]],
+      ['a timestamp beyond 2^53', [1, 5_000, ...withField(inProgress(), 4, 2 ** 53)]],
+      ['the fingerprint as a string, not bytes', [1, 5_000, ...withField(inProgress(), 6, 'fp')]],
+      ['a nil owner token', [1, 5_000, ...withField(inProgress(), 7, null)]],
+      ['flags 8', [1, 5_000, ...withField(inProgress(), 0, 8)]],
+      ['body omitted on an in-progress record', [1, 5_000, ...withField(inProgress(), 0, 2)]],
+      ['fencing token 0', [1, 5_000, ...withField(inProgress(), 1, 0)]],
+      ['an in-progress record with a status code', [1, 5_000, ...withField(inProgress(), 5, 200)]],
+      ['an in-progress record with a body', [1, 5_000, ...withField(inProgress(), 9, b('x'))]],
+      ['a completed record with status 42', [0, 5_000, ...withField(completed(), 5, 42)]],
+      ['body bytes without the body flag', [0, 5_000, ...withField(completed(), 0, 1)]],
+      ['headers that are not JSON', [0, 5_000, ...withField(completed(), 8, b('{'))]],
+      ['headers that are a JSON array', [0, 5_000, ...withField(completed(), 8, b('["a"]'))]],
+      ['headers that are JSON null', [0, 5_000, ...withField(completed(), 8, b('null'))]],
+      ['a numeric header value', [0, 5_000, ...withField(completed(), 8, b('{"a":1}'))]],
+      ['a header array holding a number', [0, 5_000, ...withField(completed(), 8, b('{"a":["x",1]}'))]],
+    ])('decodeClaimReply rejects %s with IdempotencyStoreError', (_name, reply) => {
+      expect(() => decodeClaimReply(reply, context)).toThrow(IdempotencyStoreError);
+    });
+
+    it.each<[string, unknown]>([
+      ['an empty array', []],
+      ['a claim-shaped reply', [1, 5_000, ...inProgress()]],
+      ['a string', 'record'],
+    ])('decodeGetReply rejects %s', (_name, reply) => {
+      expect(() => decodeGetReply(reply, context)).toThrow(IdempotencyStoreError);
+    });
+
+    it.each<[string, unknown]>([
+      ['nil', null],
+      ['2', 2],
+      ['-1', -1],
+      ['the string "1"', '1'],
+      ['bytes "1"', b('1')],
+      ['an array', [1]],
+    ])('decodeFlagReply rejects %s', (_name, reply) => {
+      expect(() => decodeFlagReply(reply, context)).toThrow(IdempotencyStoreError);
+    });
+
+    it('describes a bad reply by its shape, never by its content', () => {
+      const secret = b('{"card":4242424242424242}');
+      expect(() => decodeClaimReply([1, 5_000, ...withField(completed(), 8, secret)], context)).toThrow(
+        /Unexpected reply from Redis to claim of idem:\{test\}/,
+      );
+      let message = '';
+      try {
+        decodeClaimReply([9, 5_000, ...withField(completed(), 9, secret)], context);
+      } catch (error) {
+        message = (error as Error).message;
+      }
+      expect(message).toMatch(/claim kind 9/);
+      expect(message).not.toContain('4242');
+    });
+  });
+
+  describe('failing fast', () => {
+    it('rejects claim with IdempotencyStoreError within 2 s once its redis-server is killed, and recovers when it is back', async () => {
+      const server = await startRedisServer();
+      const store = new RedisIdempotencyStore(server.url, { prefix: RUN });
+      try {
+        await store.onModuleInit();
+        expect((await store.claim(newId(), claimRequest())).kind).toBe('claimed');
+        server.kill();
+        // Right after the crash, then while ioredis keeps reconnecting.
+        for (let attempt = 0; attempt < 4; attempt++) {
+          const started = performance.now();
+          const error = await store.claim(newId(), claimRequest()).then(
+            () => new Error('claim resolved'),
+            (e: unknown) => e,
+          );
+          expect(error).toBeInstanceOf(IdempotencyStoreError);
+          expect((error as Error).message).toContain(`127.0.0.1:${server.port}`);
+          expect(elapsedSince(started)).toBeLessThan(2_000);
+          await sleep(300);
+        }
+        await server.stop();
+        const revived = await startRedisServer({ port: server.port });
+        try {
+          const deadline = Date.now() + 5_000;
+          for (;;) {
+            const result = await store.claim(newId(), claimRequest()).catch((e: Error) => e);
+            if (!(result instanceof Error)) {
+              expect(result.kind).toBe('claimed');
+              break;
+            }
+            if (Date.now() > deadline) throw result;
+            await sleep(100);
+          }
+        } finally {
+          await revived.stop();
+        }
+      } finally {
+        await store.onApplicationShutdown();
+        await server.stop();
+      }
+    });
+
+    it('rejects within the 2 s command timeout when the server accepts connections but never answers', async () => {
+      const sockets = new Set<Socket>();
+      const silent = createServer((socket) => {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+      });
+      await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+      const { port } = silent.address() as { port: number };
+      const store = new RedisIdempotencyStore(`redis://127.0.0.1:${port}`);
+      try {
+        let started = performance.now();
+        await expect(store.claim(newId(), claimRequest())).rejects.toThrow(IdempotencyStoreError);
+        expect(elapsedSince(started)).toBeLessThan(3_000);
+        started = performance.now();
+        await store.onModuleInit();
+        expect(elapsedSince(started)).toBeLessThan(3_000);
+      } finally {
+        await store.onApplicationShutdown();
+        for (const socket of sockets) socket.destroy();
+        silent.close();
+      }
+    });
+
+    it('lets the application start while Redis is down, fails each request fast, and works once Redis is up', async () => {
+      const port = await freePort();
+      const store = new RedisIdempotencyStore(`redis://127.0.0.1:${port}`, { prefix: RUN });
+      try {
+        let started = performance.now();
+        await store.onModuleInit();
+        expect(elapsedSince(started)).toBeLessThan(2_000);
+        started = performance.now();
+        const error = await store.claim(newId(), claimRequest()).then(
+          () => new Error('claim resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toContain(`redis://127.0.0.1:${port}`);
+        expect(elapsedSince(started)).toBeLessThan(2_000);
+        const server = await startRedisServer({ port });
+        try {
+          const deadline = Date.now() + 5_000;
+          for (;;) {
+            const result = await store.claim(newId(), claimRequest()).catch((e: Error) => e);
+            if (!(result instanceof Error)) {
+              expect(result.kind).toBe('claimed');
+              break;
+            }
+            if (Date.now() > deadline) throw result;
+            await sleep(100);
+          }
+        } finally {
+          await server.stop();
+        }
+      } finally {
+        await store.onApplicationShutdown();
+      }
+    });
+
+    it('never puts the password of its URL in an error', async () => {
+      const port = await freePort();
+      const store = new RedisIdempotencyStore(`redis://app:s3cret-pass@127.0.0.1:${port}`);
+      try {
+        const error = await store.claim(newId(), claimRequest()).then(
+          () => new Error('claim resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toContain(`127.0.0.1:${port}`);
+        expect((error as Error).message).not.toContain('s3cret-pass');
+      } finally {
+        await store.onApplicationShutdown();
+      }
+    });
+
+    it('fails startup (onModuleInit) with an actionable error when the server refuses the scripts (ACL)', async () => {
+      const server = await startRedisServer();
+      const admin = await openRedis(server.url);
+      await admin.call('ACL', 'SETUSER', 'app', 'on', '>s3cret-pass', '~*', '&*', '+@all', '-@scripting');
+      const store = new RedisIdempotencyStore(`redis://app:s3cret-pass@127.0.0.1:${server.port}`);
+      try {
+        const error = await store.onModuleInit().then(
+          () => new Error('onModuleInit resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toMatch(/cannot start/);
+        expect((error as Error).message).toMatch(/ACL .*\+@scripting/);
+        expect((error as Error).message).not.toContain('s3cret-pass');
+      } finally {
+        await store.onApplicationShutdown();
+        await admin.quit();
+        await server.stop();
+      }
+    });
+
+    it('documents its fail-fast client options', () => {
+      expect(REDIS_FAIL_FAST_OPTIONS).toMatchObject({
+        connectTimeout: 2_000,
+        commandTimeout: 2_000,
+        maxRetriesPerRequest: 0,
+        autoResendUnfulfilledCommands: false,
+      });
+      expect(Object.isFrozen(REDIS_FAIL_FAST_OPTIONS)).toBe(true);
+    });
+  });
+
+  describe('waiters (pub/sub)', () => {
+    it('wakes a waiter of another store instance on another connection (another pod)', async () => {
+      const prefix = nextPrefix('pods');
+      const podA = new RedisIdempotencyStore(redis, { prefix });
+      const other = await openRedis();
+      const podB = new RedisIdempotencyStore(other, { prefix });
+      try {
+        const id = newId();
+        const { record } = await podA.claim(id, claimRequest());
+        setTimeout(() => void podA.complete(id, record.ownerToken, sampleResponse()), 80);
+        const started = performance.now();
+        await podB.waitForChange(id, 5_000);
+        expect(elapsedSince(started)).toBeLessThan(500);
+        expect((await podB.get(id))?.state).toBe('completed');
+      } finally {
+        await podA.onApplicationShutdown();
+        await podB.onApplicationShutdown();
+        await other.quit();
+      }
+    });
+
+    it('shares one subscriber connection among all waiters and unsubscribes each channel when its last waiter leaves', async () => {
+      const prefix = nextPrefix('sub');
+      const client = await openRedis();
+      const duplicate = jest.spyOn(client, 'duplicate');
+      const store = new RedisIdempotencyStore(client, { prefix });
+      try {
+        const ids = [newId(), newId(), newId()];
+        const owners = await Promise.all(ids.map(async (id) => (await store.claim(id, claimRequest())).record.ownerToken));
+        const waits = [...ids, ids[0], ids[0]].map((id) => store.waitForChange(id, 5_000));
+        for (const id of ids) await eventually(() => numsub(`${prefix}:done:{${id}}`), 1);
+        expect(duplicate).toHaveBeenCalledTimes(1);
+
+        await store.complete(ids[0], owners[0], sampleResponse());
+        await store.release(ids[1], owners[1]);
+        await eventually(() => numsub(`${prefix}:done:{${ids[0]}}`), 0);
+        await eventually(() => numsub(`${prefix}:done:{${ids[1]}}`), 0);
+        expect(await numsub(`${prefix}:done:{${ids[2]}}`)).toBe(1);
+
+        const timedOut = store.waitForChange(ids[2], 100);
+        await timedOut;
+        await store.complete(ids[2], owners[2], sampleResponse());
+        await Promise.all(waits);
+        await eventually(() => numsub(`${prefix}:done:{${ids[2]}}`), 0);
+        expect(duplicate).toHaveBeenCalledTimes(1);
+      } finally {
+        duplicate.mockRestore();
+        await store.onApplicationShutdown();
+        await client.quit();
+      }
+    });
+
+    it('unsubscribes when the last waiter of a channel times out', async () => {
+      const prefix = nextPrefix('timeout');
+      const store = new RedisIdempotencyStore(redis, { prefix });
+      try {
+        const id = newId();
+        await store.claim(id, claimRequest());
+        const waiting = store.waitForChange(id, 150);
+        await eventually(() => numsub(`${prefix}:done:{${id}}`), 1);
+        await waiting;
+        await eventually(() => numsub(`${prefix}:done:{${id}}`), 0);
+      } finally {
+        await store.onApplicationShutdown();
+      }
+    });
+  });
+
+  describe('lifecycle', () => {
+    it('closes the client it created from a URL, and its subscriber, on shutdown; pending waiters resolve at once', async () => {
+      const prefix = nextPrefix('owned');
+      const store = new RedisIdempotencyStore(redisUrl(), { prefix });
+      await store.onModuleInit();
+      expect(store.client.status).toBe('ready');
+      const id = newId();
+      await store.claim(id, claimRequest());
+      const waiting = store.waitForChange(id, 10_000);
+      await eventually(() => numsub(`${prefix}:done:{${id}}`), 1);
+      const started = performance.now();
+      await store.onApplicationShutdown();
+      await waiting;
+      expect(elapsedSince(started)).toBeLessThan(500);
+      expect(store.client.status).toBe('end');
+      await eventually(() => numsub(`${prefix}:done:{${id}}`), 0);
+      await expect(store.get(id)).rejects.toThrow(IdempotencyStoreError);
+    });
+
+    it('leaves a client it was given open on shutdown, and closes only its own subscriber', async () => {
+      const prefix = nextPrefix('given');
+      const client = await openRedis();
+      const store = new RedisIdempotencyStore(client, { prefix });
+      try {
+        await store.onModuleInit();
+        const id = newId();
+        await store.claim(id, claimRequest());
+        const waiting = store.waitForChange(id, 10_000);
+        await eventually(() => numsub(`${prefix}:done:{${id}}`), 1);
+        await store.onApplicationShutdown();
+        await waiting;
+        expect(client.status).toBe('ready');
+        expect(await client.ping()).toBe('PONG');
+        await eventually(() => numsub(`${prefix}:done:{${id}}`), 0);
+        expect((await store.get(id))?.state).toBe('in_progress');
+      } finally {
+        await client.quit();
+      }
+    });
+
+    it('shuts down a store that never connected without connecting', async () => {
+      const store = new RedisIdempotencyStore(`redis://127.0.0.1:${await freePort()}`);
+      expect(store.client.status).toBe('wait');
+      await store.onApplicationShutdown();
+      expect(store.client.status).toBe('end');
+    });
+
+    it('shuts down at once while its Redis is down (no socket left to wait for)', async () => {
+      const store = new RedisIdempotencyStore(`redis://127.0.0.1:${await freePort()}`);
+      await store.onModuleInit();
+      await expect(store.get(newId())).rejects.toThrow(IdempotencyStoreError);
+      const started = performance.now();
+      await store.onApplicationShutdown();
+      expect(elapsedSince(started)).toBeLessThan(200);
+      expect(store.client.status).not.toBe('ready');
+    });
+
+    it('resolves waitForChange at once after shutdown', async () => {
+      const store = new RedisIdempotencyStore(redis, { prefix: nextPrefix('closed') });
+      await store.onApplicationShutdown();
+      const started = performance.now();
+      await store.waitForChange(newId(), 5_000);
+      expect(elapsedSince(started)).toBeLessThan(100);
+    });
+  });
+
+  describe('memory footprint (MEMORY USAGE)', () => {
+    /** A 300-byte JSON body, as an orders API would answer. */
+    const body = (): Buffer => {
+      const json = JSON.stringify({ id: '5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00', status: 'paid', note: '' });
+      return Buffer.from(json.replace('"note":""', `"note":"${'x'.repeat(300 - json.length)}"`));
+    };
+
+    async function measure(headers: StoredResponse['headers']): Promise<number> {
+      // The default prefix and a real-length id, so the key is as long as in production.
+      const store = new RedisIdempotencyStore(redis);
+      const id = newId();
+      try {
+        const { record } = await store.claim(id, claimRequest());
+        const response: StoredResponse = { statusCode: 201, headers, body: body() };
+        expect(response.body).toHaveLength(300);
+        expect(await store.complete(id, record.ownerToken, response)).toBe(true);
+        return Number(await redis.call('MEMORY', 'USAGE', `idem:{${id}}`));
+      } finally {
+        await redis.del(`idem:{${id}}`);
+        await store.onApplicationShutdown();
+      }
+    }
+
+    it('holds a completed record with a 300-byte body and three short headers in at most 600 bytes', async () => {
+      const bytes = await measure({
+        'content-type': 'application/json',
+        location: '/orders/42',
+        etag: 'W/"12c-1f3a"',
+      });
+      console.log(`MEMORY USAGE, completed record, 300-byte body, three short headers: ${bytes} bytes`);
+      expect(bytes).toBeLessThanOrEqual(600);
+    });
+
+    it('holds one with three typical Express headers (UUID location, weak ETag) in at most 768 bytes', async () => {
+      const bytes = await measure({
+        'content-type': 'application/json; charset=utf-8',
+        location: '/orders/5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00',
+        etag: 'W/"12c-hRHsEgdu8AZgWfBbyzCrl0WVcdk"',
+      });
+      console.log(`MEMORY USAGE, completed record, 300-byte body, three typical Express headers: ${bytes} bytes`);
+      expect(bytes).toBeLessThanOrEqual(768);
+    });
+  });
+});
+
+describe('RedisIdempotencyStore on a Redis Cluster (three throwaway masters)', () => {
+  let cluster: ThrowawayRedisCluster;
+  let client: Cluster;
+  let counter = 0;
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster(3);
+    client = new Cluster([...cluster.nodes], { redisOptions: { commandTimeout: 2_000 } });
+    client.on('error', () => undefined);
+    expect(await client.ping()).toBe('PONG');
+  });
+  afterAll(async () => {
+    await client?.quit();
+    await cluster?.stop();
+  });
+
+  describeStoreContract('RedisIdempotencyStore (Redis Cluster)', async () => {
+    const store = new RedisIdempotencyStore(client, { prefix: `cluster${counter++}` });
+    await store.onModuleInit();
+    return { store, cleanup: () => store.onApplicationShutdown() };
+  });
+
+  it('spreads records over every master, one slot per record (the hash tag)', async () => {
+    const store = new RedisIdempotencyStore(client, { prefix: 'spread' });
+    try {
+      const ids = Array.from({ length: 60 }, () => newId());
+      await Promise.all(ids.map((id) => store.claim(id, claimRequest())));
+      const perMaster = await Promise.all(client.nodes('master').map((node) => node.dbsize()));
+      expect(perMaster).toHaveLength(3);
+      for (const count of perMaster) expect(count).toBeGreaterThan(0);
+      for (const id of ids.slice(0, 5)) {
+        expect(await client.call('CLUSTER', 'KEYSLOT', `spread:{${id}}`)).toBe(
+          await client.call('CLUSTER', 'KEYSLOT', id),
+        );
+      }
+    } finally {
+      await store.onApplicationShutdown();
+    }
+  });
+});

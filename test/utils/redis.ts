@@ -1,0 +1,237 @@
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { once } from 'node:events';
+import { createConnection, createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Redis, type RedisOptions } from 'ioredis';
+
+/**
+ * Redis for the e2e suites: the shared server at `REDIS_URL` (default `redis://127.0.0.1:6379`),
+ * used by several suites at once (work under a prefix of your own, never FLUSHALL), and
+ * throwaway servers on spare loopback ports for tests that stop or kill Redis.
+ */
+export function redisUrl(): string {
+  return process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+}
+
+/** Where a URL points, without credentials. */
+function where(url: string): string {
+  try {
+    const { hostname, port } = new URL(url);
+    return `${hostname}:${port || 6379}`;
+  } catch {
+    return 'REDIS_URL (unparseable)';
+  }
+}
+
+/**
+ * A connected client (the caller closes it with `quit()`), or an error that names the server
+ * and how to start it. Commands fail fast: no retries, 2 s timeouts.
+ */
+export async function openRedis(url: string = redisUrl(), options: RedisOptions = {}): Promise<Redis> {
+  const client = new Redis(url, {
+    lazyConnect: true,
+    connectTimeout: 2_000,
+    commandTimeout: 2_000,
+    maxRetriesPerRequest: 0,
+    retryStrategy: (attempt) => Math.min(attempt * 100, 1_000),
+    ...options,
+  });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.ping();
+    return client;
+  } catch (error) {
+    client.disconnect();
+    throw new Error(
+      `Redis not reachable at ${where(url)}: start it (see README, "Running the tests": ` +
+        '`docker compose up -d redis`, or `redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" ' +
+        `--appendonly no\`). Cause: ${(error as Error).message}`,
+    );
+  }
+}
+
+/**
+ * Fails loudly, naming the server and how to start it, when Redis does not answer a PING.
+ * Leaves no connection open.
+ */
+export async function connectRedisOrFail(url: string = redisUrl()): Promise<void> {
+  const client = await openRedis(url);
+  await client.quit();
+}
+
+/** Deletes every key that starts with `prefix` (SCAN, never KEYS or FLUSHALL). */
+export async function deleteKeys(client: Redis, prefix: string): Promise<number> {
+  let deleted = 0;
+  let cursor = '0';
+  do {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix.replace(/[*?[\]\\]/g, '\\$&')}*`, 'COUNT', 1000);
+    if (keys.length > 0) deleted += await client.del(...keys);
+    cursor = next;
+  } while (cursor !== '0');
+  return deleted;
+}
+
+/** A throwaway redis-server (no persistence) on a spare loopback port. */
+export interface ThrowawayRedis {
+  readonly port: number;
+  readonly url: string;
+  /** Shuts the server down (SIGTERM) and waits until the process has exited. */
+  stop(): Promise<void>;
+  /** Kills the server at once (SIGKILL), as a crash would; does not wait. */
+  kill(): void;
+}
+
+/** A TCP port on 127.0.0.1 that nothing listened on a moment ago. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const address = server.address();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+  if (address === null || typeof address === 'string') throw new Error('could not pick a free port');
+  return address.port;
+}
+
+/** True when something on `port` answers PING with +PONG. */
+function answersPing(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ host: '127.0.0.1', port });
+    let reply = '';
+    const done = (ok: boolean): void => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(500, () => done(false));
+    socket.on('error', () => done(false));
+    socket.on('connect', () => socket.write('PING\r\n'));
+    socket.on('data', (chunk) => {
+      reply += chunk.toString('latin1');
+      if (reply.includes('\r\n')) done(reply.startsWith('+PONG'));
+    });
+  });
+}
+
+async function launch(
+  port: number,
+  extraArgs: readonly string[],
+  dir: string,
+): Promise<{ child: ChildProcess; output: () => string }> {
+  const child = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  let output = '';
+  const keep = (chunk: Buffer): void => {
+    output = (output + chunk.toString()).slice(-4_000);
+  };
+  child.stdout?.on('data', keep);
+  child.stderr?.on('data', keep);
+  const exited = new Promise<'exited'>((resolve) => child.once('exit', () => resolve('exited')));
+  const failed = new Promise<never>((_, reject) =>
+    child.once('error', (error) =>
+      reject(new Error(`could not start redis-server (${error.message}): is it installed and on PATH?`)),
+    ),
+  );
+  failed.catch(() => undefined);
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    const winner = await Promise.race([answersPing(port).then((ok) => (ok ? 'up' : 'down')), exited, failed]);
+    if (winner === 'up') return { child, output: () => output };
+    if (winner === 'exited') throw Object.assign(new Error(`redis-server exited: ${output.trim()}`), { exited: true });
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  child.kill('SIGKILL');
+  throw new Error(`redis-server on port ${port} did not answer within 5 s: ${output.trim()}`);
+}
+
+/**
+ * Starts `redis-server --port <spare port> --bind 127.0.0.1 --save "" --appendonly no` and waits
+ * until it answers PING. Retries on another port when the chosen one was taken in between;
+ * `port` asks for a given port (to bring a killed server back). The caller stops it; a server
+ * still running when the test process exits is killed.
+ */
+export async function startRedisServer(
+  options: { port?: number; args?: readonly string[]; dir?: string } = {},
+): Promise<ThrowawayRedis> {
+  for (let attempt = 1; ; attempt++) {
+    const port = options.port ?? (await freePort());
+    try {
+      const { child } = await launch(port, options.args ?? [], options.dir ?? tmpdir());
+      const killAtExit = (): void => {
+        child.kill('SIGKILL');
+      };
+      process.once('exit', killAtExit);
+      const exited = new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) resolve();
+        else child.once('exit', () => resolve());
+      });
+      void exited.then(() => process.removeListener('exit', killAtExit));
+      return {
+        port,
+        url: `redis://127.0.0.1:${port}`,
+        async stop() {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+          await exited;
+        },
+        kill() {
+          if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+        },
+      };
+    } catch (error) {
+      if (options.port !== undefined || attempt >= 3 || !(error as { exited?: boolean }).exited) throw error;
+    }
+  }
+}
+
+/** A throwaway Redis Cluster: masters only, every slot assigned, `cluster_state:ok`. */
+export interface ThrowawayRedisCluster {
+  readonly nodes: readonly { host: string; port: number }[];
+  /** Stops every node and removes their cluster config files. */
+  stop(): Promise<void>;
+}
+
+/**
+ * Starts `masters` redis-servers with `--cluster-enabled yes` on spare ports, joins them with
+ * `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`, and waits until every
+ * node reports `cluster_state:ok`.
+ */
+export async function startRedisCluster(masters = 3): Promise<ThrowawayRedisCluster> {
+  const dir = await mkdtemp(join(tmpdir(), 'idem-cluster-'));
+  const servers: ThrowawayRedis[] = [];
+  const stop = async (): Promise<void> => {
+    await Promise.all(servers.map((server) => server.stop()));
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    for (let i = 0; i < masters; i++) {
+      const port = await freePort();
+      const args = ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', '2000'];
+      servers.push(await startRedisServer({ port, args, dir }));
+    }
+    const addresses = servers.map((server) => `127.0.0.1:${server.port}`);
+    await promisify(execFile)('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes'], {
+      timeout: 15_000,
+    });
+    const deadline = Date.now() + 15_000;
+    for (const server of servers) {
+      const client = await openRedis(server.url);
+      try {
+        while (!String(await client.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) {
+          if (Date.now() > deadline) throw new Error(`Redis Cluster node ${server.url} did not reach cluster_state:ok`);
+          await new Promise((resolve) => setTimeout(resolve, 50));
+        }
+      } finally {
+        await client.quit();
+      }
+    }
+    return { nodes: servers.map((server) => ({ host: '127.0.0.1', port: server.port })), stop };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
