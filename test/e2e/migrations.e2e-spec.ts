@@ -15,7 +15,8 @@ import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL
 describe('migrations', () => {
   beforeAll(() => Logger.overrideLogger(['error', 'fatal']));
 
-  const TABLES = ['migrations', 'order_items', 'orders', 'payments'];
+  const TABLES = ['idempotency_records', 'migrations', 'order_items', 'orders', 'payments'];
+  const APPLIED = ['CreateIdempotencyRecords1764100000000', 'CreateOrdersAndPayments1764000000000'];
 
   describe('on PostgreSQL', () => {
     let schema: string;
@@ -51,7 +52,7 @@ describe('migrations', () => {
       await Promise.all(all.map((source) => migrateDatabase(source)));
       expect(await tablesOf(schema)).toEqual(TABLES);
       const applied = await queryTestDatabase<{ name: string }>(`SELECT name FROM "${schema}".migrations`);
-      expect(applied.map((r) => r.name)).toEqual(['CreateOrdersAndPayments1764000000000']);
+      expect(applied.map((r) => r.name).sort()).toEqual(APPLIED);
     });
 
     it('runs again as a no-op, and reverts cleanly', async () => {
@@ -59,6 +60,7 @@ describe('migrations', () => {
       await migrateDatabase(source);
       await migrateDatabase(source);
       expect(await tablesOf(schema)).toEqual(TABLES);
+      await source.undoLastMigration();
       await source.undoLastMigration();
       expect(await tablesOf(schema)).toEqual(['migrations']);
     });
@@ -120,6 +122,7 @@ describe('migrations', () => {
         ),
       ).rejects.toThrow(/UNIQUE/);
       expect((await source.query('SELECT amount_cents FROM payments'))[0].amount_cents).toBe(big);
+      await source.undoLastMigration();
       await source.undoLastMigration();
       expect(await tables()).toEqual(['migrations']);
     });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -32,7 +33,7 @@ const json = { 'Content-Type': 'application/json' };
 async function createOrder(base: string, tenantId: string): Promise<{ id: string; paymentId: string }> {
   const res = await fetch(`${base}/orders`, {
     method: 'POST',
-    headers: { ...json, 'X-Tenant-ID': tenantId },
+    headers: { ...json, 'X-Tenant-ID': tenantId, 'Idempotency-Key': randomUUID() },
     body: JSON.stringify(orderBody()),
   });
   expect(res.status).toBe(201);
@@ -85,7 +86,7 @@ describe('embedded defaults as a process', () => {
     const payments = await getJson(second.url, '/payments', tenantId);
     expect(payments.body.map((p: { id: string }) => p.id)).toEqual([order.paymentId]);
     // Migrations ran once, on the first start only.
-    expect(first.output()).toContain('Applied 1 migration(s)');
+    expect(first.output()).toContain('Applied 2 migration(s)');
     expect(second.output()).not.toContain('Applied');
   });
 
@@ -138,10 +139,10 @@ describe('several instances against one empty PostgreSQL database', () => {
       for (const instance of [a, b]) {
         expect((await getJson(instance.url, '/health')).status).toBe(200);
       }
-      const applied = [a, b].filter((p) => p.output().includes('Applied 1 migration(s)'));
+      const applied = [a, b].filter((p) => p.output().includes('Applied 2 migration(s)'));
       expect(applied).toHaveLength(1);
       const rows = await queryTestDatabase<{ name: string }>(`SELECT name FROM ${migrationsTable.table}`, [], migrationsTable.url);
-      expect(rows.map((r) => r.name)).toEqual(['CreateOrdersAndPayments1764000000000']);
+      expect(rows.map((r) => r.name)).toEqual(['CreateOrdersAndPayments1764000000000', 'CreateIdempotencyRecords1764100000000']);
       expect(await a.stop()).toBe(0);
       expect(await b.stop()).toBe(0);
     } finally {
@@ -227,8 +228,17 @@ describe('health when Redis is configured but down', () => {
       details: { database: { status: 'up' }, redis: { status: 'down' } },
     });
 
-    // The orders themselves don't need Redis yet.
-    await createOrder(app.url, newTenant());
+    // Without its fast store the idempotency layer fails closed: 503, and nothing is written.
+    const tenantId = newTenant();
+    const refused = await fetch(`${app.url}/orders`, {
+      method: 'POST',
+      headers: { ...json, 'X-Tenant-ID': tenantId, 'Idempotency-Key': randomUUID() },
+      body: JSON.stringify(orderBody()),
+    });
+    expect(refused.status).toBe(503);
+    expect(refused.headers.get('retry-after')).not.toBeNull();
+    expect(((await refused.json()) as { code: string }).code).toBe('idempotency_store_unavailable');
+    expect((await getJson(app.url, '/orders', tenantId)).body).toEqual([]);
 
     redis = await startRedis();
     let back = await getJson(app.url, '/health');

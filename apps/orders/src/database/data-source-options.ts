@@ -1,3 +1,4 @@
+import { idempotencyTypeOrmEntities } from '@app/idempotency/typeorm';
 import type { DataSourceOptions, LoggerOptions } from 'typeorm';
 import type { DatabaseConfig } from '../config/orders.config.js';
 import { Order } from '../orders/order.entity.js';
@@ -6,7 +7,7 @@ import { Payment } from '../payments/payment.entity.js';
 import { ORDERS_MIGRATIONS } from './migrations/index.js';
 import { atomicFileSaver } from './sqljs-file.js';
 
-/** Entities of the service. The idempotency library's record entity joins this list later. */
+/** Entities of the service (the idempotency record's entity is added per database type). */
 export const ORDERS_ENTITIES = [Order, OrderItem, Payment];
 
 /**
@@ -15,7 +16,7 @@ export const ORDERS_ENTITIES = [Order, OrderItem, Payment];
  */
 export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOptions {
   const common = {
-    entities: ORDERS_ENTITIES,
+    entities: [...ORDERS_ENTITIES, ...idempotencyTypeOrmEntities(database.kind === 'postgres' ? 'postgres' : 'sqljs')],
     migrations: ORDERS_MIGRATIONS,
     migrationsRun: false,
     synchronize: false,

@@ -1,8 +1,12 @@
 import { Module } from '@nestjs/common';
 import { IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Redis } from 'ioredis';
+import type { DataSource } from 'typeorm';
 import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { TransactionRunner } from '../database/transaction-runner.js';
 import { REDIS_CLIENT } from '../redis/redis.constants.js';
 
 /** Set by `TenantGuard` (which runs before interceptors) from a valid `X-Tenant-ID`. */
@@ -11,18 +15,27 @@ interface TenantRequest {
 }
 
 /**
- * The idempotency layer of the orders service: Redis when `REDIS_URL` is set (on the app's own
- * client, which the app closes), the in-memory store otherwise. Keys are scoped per tenant and
- * operation: the sample has no authentication, so there is no principal to scope by.
+ * The idempotency layer of the orders service:
+ * - fast tier: Redis when `REDIS_URL` is set (on the app's own client, which the app closes),
+ *   the in-memory store otherwise;
+ * - durable tier: the `idempotency_records` table in the service's own database (PostgreSQL or
+ *   the embedded sql.js), through `TransactionRunner` so that on sql.js its statements never
+ *   interleave with the service's transactions.
+ * Keys are scoped per tenant and operation: the sample has no authentication, so there is no
+ * principal to scope by. Expired records are reaped every minute.
  */
 @Module({
   imports: [
     IdempotencyModule.forRootAsync({
-      inject: [ORDERS_CONFIG, { token: REDIS_CLIENT, optional: true }],
-      useFactory: (config: OrdersConfig, redis?: Redis) => ({
+      inject: [ORDERS_CONFIG, getDataSourceToken(), TransactionRunner, { token: REDIS_CLIENT, optional: true }],
+      useFactory: (config: OrdersConfig, dataSource: DataSource, runner: TransactionRunner, redis?: Redis) => ({
         store: redis ? new RedisIdempotencyStore(redis) : new MemoryIdempotencyStore(),
+        durableStore: new TypeOrmIdempotencyStore(dataSource, { runExclusive: (work) => runner.exclusive(work) }),
+        reaper: { intervalMs: 60_000 },
         tenant: (request) => (request as TenantRequest).tenantId,
         scope: ['tenant', 'operation'],
+        leaseMs: config.idempotencyLeaseMs,
+        heartbeatMs: Math.floor(config.idempotencyLeaseMs / 3),
         problemTypeBaseUri: config.problemTypeBaseUri,
       }),
     }),

@@ -1,5 +1,6 @@
 import { Body, Controller, Get, Param, Post, Res } from '@nestjs/common';
 import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
+import type { EntityManager } from 'typeorm';
 import { TenantId } from '../common/tenant/tenant-id.decorator.js';
 import { CreateOrderDto } from './dto/create-order.dto.js';
 import type { OrderView } from './order.view.js';
@@ -16,18 +17,22 @@ export class OrdersController {
 
   /**
    * `POST /orders`: 201, `Location: /orders/{id}`, the order (paid). `Idempotency-Key` is
-   * required; the payment provider gets a key derived from it, so even a re-run of this handler
-   * (after a crash) cannot charge twice.
+   * required. The order, its charge and the completed idempotency record commit in one
+   * transaction (`transactional`), and the payment provider gets a key derived from the
+   * Idempotency-Key, so even a re-run of this handler cannot charge twice.
    */
   @Post()
-  @Idempotent({ required: true, operation: 'orders.create' })
+  @Idempotent({ required: true, operation: 'orders.create', transactional: true })
   async create(
     @TenantId() tenantId: string,
     @Body() dto: CreateOrderDto,
     @Res({ passthrough: true }) response: HeaderSink,
     @IdempotencyContext() idempotency: IdempotencyContextRef,
   ): Promise<OrderView> {
-    const order = await this.orders.create(tenantId, dto, { providerKey: idempotency.derivedKey('payment') });
+    const order = await this.orders.create(tenantId, dto, {
+      providerKey: idempotency.derivedKey('payment'),
+      manager: idempotency.getManager<EntityManager>(),
+    });
     response.header('Location', `/orders/${order.id}`);
     return order;
   }

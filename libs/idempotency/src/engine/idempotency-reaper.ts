@@ -24,7 +24,7 @@ export class IdempotencyReaper implements OnApplicationBootstrap, OnApplicationS
 
   constructor(
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
-    @Optional() private readonly durableStore?: DurableIdempotencyStore | null,
+    @Optional() @Inject(DurableIdempotencyStore) private readonly durableStore?: DurableIdempotencyStore | null,
   ) {}
 
   onApplicationBootstrap(): void {

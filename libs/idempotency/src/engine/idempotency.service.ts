@@ -145,7 +145,7 @@ export class IdempotencyService implements OnApplicationShutdown {
   constructor(
     readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
-    @Optional() readonly durableStore?: DurableIdempotencyStore | null,
+    @Optional() @Inject(DurableIdempotencyStore) readonly durableStore?: DurableIdempotencyStore | null,
   ) {}
 
   /**
