@@ -1,0 +1,232 @@
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { INestApplication } from '@nestjs/common';
+import { DataSource } from 'typeorm';
+import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
+import { send, type HttpResult } from '../utils/http.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
+import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { startTcpProxy, type TcpProxy } from '../utils/tcp-proxy.js';
+import { newTenant, orderBody } from './support/orders-fixtures.js';
+
+/**
+ * The durable tier as the authority (DESIGN "The flow of one request", steps 4, 6, 7), on the
+ * sample service: Redis forgets, the service restarts, PostgreSQL goes away, the business write
+ * fails. Redis here is a throwaway server of this suite (it is flushed and restarted on purpose).
+ */
+
+const listen = async (app: INestApplication): Promise<string> => {
+  await app.listen(0, '127.0.0.1');
+  return (await app.getUrl()).replace('[::1]', '127.0.0.1');
+};
+
+const expectReplayOf = (retry: HttpResult, first: HttpResult) => {
+  expect(retry.status).toBe(201);
+  expect(retry.headers.get('idempotent-replayed')).toBe('true');
+  expect(retry.body.equals(first.body)).toBe(true);
+};
+
+describe('durable authority on PostgreSQL + Redis (sample service)', () => {
+  let redis: ThrowawayRedis;
+  let proxy: TcpProxy;
+  let schema: string;
+  let env: NodeJS.ProcessEnv;
+  let app: INestApplication | undefined;
+  let url: string;
+
+  const order = (tenantId: string, key: string, body: unknown) =>
+    send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
+  const count = async (table: 'orders' | 'payments' | 'idempotency_records', tenantId?: string) => {
+    const where = tenantId && table !== 'idempotency_records' ? ` WHERE tenant_id = '${tenantId}'` : '';
+    const rows = await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table}${where}`);
+    return Number(rows[0].n);
+  };
+  const restartApp = async () => {
+    await app?.close();
+    app = await createOrdersApp({ env, logger: false });
+    url = await listen(app);
+  };
+
+  beforeAll(async () => {
+    await (await connectPostgresOrFail()).end();
+    redis = await startRedisServer();
+    proxy = await startTcpProxy(Number(new URL(TEST_DATABASE_URL).port || 5432));
+    schema = throwawaySchemaName('durable_e2e');
+    const viaProxy = new URL(TEST_DATABASE_URL);
+    viaProxy.port = String(proxy.port);
+    env = { DATABASE_URL: viaProxy.toString(), DATABASE_SCHEMA: schema, REDIS_URL: redis.url };
+    await restartApp();
+  });
+  afterAll(async () => {
+    await app?.close();
+    await proxy?.close();
+    await redis?.stop();
+    if (schema) await dropSchema(schema);
+  });
+
+  it('FLUSHALL between the order and its retry: the durable record replays; one order, one charge', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const first = await order(tenantId, key, body);
+    expect(first.status).toBe(201);
+    const client = await openRedis(redis.url);
+    await client.flushall();
+    client.disconnect();
+    expectReplayOf(await order(tenantId, key, body), first);
+    expect(await count('orders', tenantId)).toBe(1);
+    expect(await count('payments', tenantId)).toBe(1);
+    // The replay repaired the fast tier: the next retry is answered by Redis alone.
+    expectReplayOf(await order(tenantId, key, body), first);
+  });
+
+  it('Redis restarted without persistence between the order and its retry: a replay; one order, one charge', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const first = await order(tenantId, key, body);
+    expect(first.status).toBe(201);
+    const port = redis.port;
+    await redis.stop();
+    redis = await startRedisServer({ port });
+    let retry = await order(tenantId, key, body);
+    for (let i = 0; i < 20 && retry.status === 503; i++) {
+      await new Promise((r) => setTimeout(r, 100)); // the app's client reconnects
+      retry = await order(tenantId, key, body);
+    }
+    expectReplayOf(retry, first);
+    expect(await count('orders', tenantId)).toBe(1);
+    expect(await count('payments', tenantId)).toBe(1);
+  });
+
+  it('the service restarted between the order and its retry: a replay', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const first = await order(tenantId, key, body);
+    await restartApp();
+    expectReplayOf(await order(tenantId, key, body), first);
+    expect(await count('orders', tenantId)).toBe(1);
+  });
+
+  it('the same key with another payload, after Redis forgot it, is still 422 (the durable row decides)', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    await order(tenantId, key, orderBody({ currency: 'USD' }));
+    const client = await openRedis(redis.url);
+    await client.flushall();
+    client.disconnect();
+    const other = await order(tenantId, key, orderBody({ currency: 'GBP' }));
+    expect(other.status).toBe(422);
+    expect(other.json().code).toBe('idempotency_key_reused');
+    expect(await count('orders', tenantId)).toBe(1);
+  });
+
+  it('a failing business write rolls back with the idempotency record, and the retry runs again', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const records = await count('idempotency_records');
+    await queryTestDatabase(`ALTER TABLE "${schema}".payments RENAME TO payments_away`);
+    let failed: HttpResult;
+    try {
+      failed = await order(tenantId, key, body);
+    } finally {
+      await queryTestDatabase(`ALTER TABLE "${schema}".payments_away RENAME TO payments`);
+    }
+    expect(failed.status).toBe(500);
+    expect(await count('orders', tenantId)).toBe(0);
+    expect(await count('idempotency_records')).toBe(records);
+    const retry = await order(tenantId, key, body);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await count('orders', tenantId)).toBe(1);
+    expect(await count('payments', tenantId)).toBe(1);
+  });
+
+  it('PostgreSQL unreachable on the durable route: 503, the handler does not run, nothing half-written', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    await proxy.cut();
+    let refused: HttpResult;
+    try {
+      refused = await order(tenantId, key, body);
+    } finally {
+      proxy.restore();
+    }
+    expect(refused.status).toBe(503);
+    expect(refused.json().code).toBe('idempotency_store_unavailable');
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+    expect(await count('orders', tenantId)).toBe(0);
+    // The fast claim was released: the retry, once PostgreSQL is back, runs as a fresh request.
+    let retry = await order(tenantId, key, body);
+    for (let i = 0; i < 20 && retry.status === 503; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      retry = await order(tenantId, key, body);
+    }
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await count('orders', tenantId)).toBe(1);
+  });
+});
+
+describe('durable authority on the embedded defaults (sql.js + memory store)', () => {
+  let dir: string;
+  let app: INestApplication | undefined;
+  let url: string;
+
+  const order = (tenantId: string, key: string, body: unknown) =>
+    send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
+  const list = async (path: string, tenantId: string) =>
+    (await send(url, path, { method: 'GET', headers: { 'X-Tenant-ID': tenantId } })).json<unknown[]>();
+  const restartApp = async () => {
+    await app?.close();
+    app = await createOrdersApp({ env: { DATA_DIR: dir }, logger: false });
+    url = await listen(app);
+  };
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'orders-durable-'));
+    await restartApp();
+  });
+  afterAll(async () => {
+    await app?.close();
+    await rm(dir, { recursive: true, force: true });
+  });
+
+  it('the service restarted (memory store gone) between the order and its retry: the sql.js record replays', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const first = await order(tenantId, key, body);
+    expect(first.status).toBe(201);
+    await restartApp();
+    expectReplayOf(await order(tenantId, key, body), first);
+    expect(await list('/orders', tenantId)).toHaveLength(1);
+    expect(await list('/payments', tenantId)).toHaveLength(1);
+  });
+
+  it('a failing business write rolls back with the idempotency record, and the retry runs again', async () => {
+    const tenantId = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const dataSource = app!.get(DataSource);
+    await dataSource.query('ALTER TABLE payments RENAME TO payments_away');
+    let failed: HttpResult;
+    try {
+      failed = await order(tenantId, key, body);
+    } finally {
+      await dataSource.query('ALTER TABLE payments_away RENAME TO payments');
+    }
+    expect(failed.status).toBe(500);
+    expect(await list('/orders', tenantId)).toHaveLength(0);
+    const retry = await order(tenantId, key, body);
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await list('/orders', tenantId)).toHaveLength(1);
+    expect(await list('/payments', tenantId)).toHaveLength(1);
+  });
+});
