@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { MemoryIdempotencyStore, type IdempotencyStore } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
+import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
 import { send, sendRawHeaders, sleep, type HttpResult, type SendOptions } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
 
@@ -510,19 +511,7 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
         Array.from({ length: 50 }, () => call('/charges', { key: k, body: { amount: 50 } })),
       );
       expect(fixture.probe.runs - before).toBe(1);
-      const fresh = results.filter((r) => r.status === 201 && r.headers.get('idempotent-replayed') === null);
-      expect(fresh).toHaveLength(1);
-      for (const r of results) {
-        if (r === fresh[0]) continue;
-        if (r.status === 409) {
-          expect(r.json().code).toBe('idempotency_request_in_progress');
-          expect(Number(r.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
-        } else {
-          expect(r.status).toBe(201);
-          expect(r.headers.get('idempotent-replayed')).toBe('true');
-          expect(r.body.equals(fresh[0].body)).toBe(true);
-        }
-      }
+      expectOneFreshTheRestBusyOrReplayed(results);
     });
 
     it('rule 26: in wait mode, 50 concurrent requests all get the same 201', async () => {
