@@ -1,0 +1,96 @@
+import { Controller, Injectable, Module, Post } from '@nestjs/common';
+import { ConfigModule, ConfigService } from '@nestjs/config';
+import { NestFactory } from '@nestjs/core';
+import { randomUUID } from 'node:crypto';
+import {
+  Idempotent,
+  IdempotencyConfigurationError,
+  IdempotencyModule,
+  IdempotencyService,
+  MemoryIdempotencyStore,
+  type IdempotencyModuleOptions,
+  type IdempotencyOptionsFactory,
+} from '@app/idempotency';
+import { send } from '../utils/http.js';
+
+/** How applications register the module: forRoot, forRootAsync with @nestjs/config, useClass. */
+
+@Controller()
+class PingController {
+  private runs = 0;
+  @Post('ping')
+  @Idempotent({ scope: ['operation'] })
+  ping() {
+    return { runs: ++this.runs };
+  }
+}
+
+async function serve(module: unknown) {
+  const app = await NestFactory.create(module as never, { rawBody: true, logger: false });
+  await app.listen(0, '127.0.0.1');
+  return { app, url: (await app.getUrl()).replace('[::1]', '127.0.0.1') };
+}
+
+describe('IdempotencyModule registration', () => {
+  it('forRootAsync with @nestjs/config: options come from ConfigService', async () => {
+    @Module({
+      imports: [
+        ConfigModule.forRoot({ ignoreEnvFile: true, load: [() => ({ IDEMPOTENCY_TTL_MS: '7200000' })] }),
+        IdempotencyModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [ConfigService],
+          useFactory: (config: ConfigService): IdempotencyModuleOptions => ({
+            ttlMs: Number(config.getOrThrow<string>('IDEMPOTENCY_TTL_MS')),
+            echoKey: false,
+          }),
+        }),
+      ],
+      controllers: [PingController],
+    })
+    class AppModule {}
+    const { app, url } = await serve(AppModule);
+    try {
+      const key = randomUUID();
+      const first = await send(url, '/ping', { key });
+      const retry = await send(url, '/ping', { key });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.json()).toEqual(first.json());
+      expect(first.headers.get('idempotency-key')).toBeNull(); // echoKey from the factory
+      const record = await app.get(IdempotencyService).store.get(
+        (await import('@app/idempotency')).buildScopedKey({ operation: 'POST /ping', key }, ['operation']).id,
+      );
+      expect(record!.expiresAtMs - record!.createdAtMs).toBe(7_200_000);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('forRootAsync with useClass', async () => {
+    @Injectable()
+    class OptionsFactory implements IdempotencyOptionsFactory {
+      createIdempotencyOptions(): IdempotencyModuleOptions {
+        return { store: new MemoryIdempotencyStore(), replayHeader: { name: 'X-Replayed' } };
+      }
+    }
+    @Module({ imports: [IdempotencyModule.forRootAsync({ useClass: OptionsFactory })], controllers: [PingController] })
+    class AppModule {}
+    const { app, url } = await serve(AppModule);
+    try {
+      const key = randomUUID();
+      await send(url, '/ping', { key });
+      expect((await send(url, '/ping', { key })).headers.get('x-replayed')).toBe('true');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a configuration that cannot keep the contract fails at startup with a clear error', async () => {
+    @Module({ imports: [IdempotencyModule.forRoot({ ttlMs: 1000, leaseMs: 30_000 })], controllers: [PingController] })
+    class BadTtl {}
+    await expect(NestFactory.create(BadTtl, { logger: false, abortOnError: false })).rejects.toThrow(IdempotencyConfigurationError);
+
+    @Module({ imports: [IdempotencyModule.forRoot({ transactional: true })], controllers: [PingController] })
+    class NoDurableStore {}
+    await expect(NestFactory.create(NoDurableStore, { logger: false, abortOnError: false })).rejects.toThrow(/durableStore/);
+  });
+});
