@@ -18,6 +18,8 @@ export {
   type ExecutionResult,
   type FinishResult,
   type HandlerOutcome,
+  type RunRequest,
+  type RunResult,
 } from './engine/idempotency.service.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
 export { IdempotencyReaper } from './engine/idempotency-reaper.js';
@@ -33,5 +35,6 @@ export * from './errors/idempotency.exceptions.js';
 export * from './errors/idempotency-outcome.errors.js';
 export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
+export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';

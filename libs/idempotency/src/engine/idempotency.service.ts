@@ -1,16 +1,23 @@
 import { Inject, Injectable, Logger, OnApplicationShutdown, Optional } from '@nestjs/common';
+import { createHash } from 'node:crypto';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
+import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
+import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { buildProblem } from '../errors/idempotency.exceptions.js';
 import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
-import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
+import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
+import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import { IdempotencyStore, type ClaimRequest } from '../stores/idempotency-store.js';
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { newOwnerToken } from './owner-token.js';
-import type { ScopedKey } from './scoped-key.js';
+import { IdempotencyContextRef } from './idempotency-context.js';
+import { decodeRunBody, encodeRunFailure, encodeRunValue } from './run-codec.js';
+import { buildScopedKey, type ScopeDimension, type ScopedKey } from './scoped-key.js';
 
 /** What `begin` needs: who the key belongs to, what was asked, and the route's policy. */
 export interface BeginRequest {
@@ -37,6 +44,35 @@ export type BeginResult =
   | { kind: 'in-progress'; retryAfterSeconds: number }
   | { kind: 'replay-unavailable'; response: StoredResponse }
   | { kind: 'outcome-unknown'; response: StoredResponse };
+
+/**
+ * A call of `IdempotencyService.run()`: any code path (a message consumer, a webhook, a job)
+ * that must take effect once per key.
+ *
+ * @publicApi
+ */
+export interface RunRequest {
+  /** The operation, e.g. the consumer's name (`'billing.order-created'`): part of the scope. */
+  operation: string;
+  /** The key: an event id, a job id, a message id (never a broker offset). */
+  key: string;
+  /** Tenant the key belongs to, when keys are per tenant. */
+  tenant?: string;
+  /** Principal the key belongs to, when keys are per principal. */
+  principal?: string;
+  /** What a retry must repeat exactly (e.g. the message body); default: only the key counts. */
+  fingerprint?: string | Buffer;
+  /** Policy of this call (leases, TTL, `durable`, `transactional`, `inProgress`), over the module's. */
+  options?: IdempotentOptions;
+}
+
+/**
+ * What `run()` returns: the function's value, `fresh` when it ran now, `replayed` when an
+ * earlier run's stored value is returned instead (as JSON: a `Date` comes back as a string).
+ *
+ * @publicApi
+ */
+export type RunResult<T> = { status: 'fresh'; value: T } | { status: 'replayed'; value: T };
 
 /** How a claim ended: `stored` (replayable), `released` (key free again) or `lost` (fenced out). */
 export type FinishResult = 'stored' | 'released' | 'lost';
@@ -183,6 +219,53 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   /**
+   * Runs `fn` once per key, with the same states, leases, fencing, durability and outcome policy
+   * as an HTTP route. Returns its value (`fresh`), or the stored value of an earlier run
+   * (`replayed`). Throws `IdempotencyRunError` when it can do neither (`in-progress`: hand the
+   * message back for later; `key-reused`; `replayed-failure`; ...), `IdempotencyStoreError` when
+   * a store is unreachable, and whatever `fn` threw when `fn` failed.
+   *
+   * @example
+   * const { status } = await idempotency.run({ operation: 'mailer.order-created', key: event.id }, () => mailer.send(event));
+   */
+  async run<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+    const policy = resolvePolicy(this.settings.policyOptions, request.options);
+    const scope: ScopeDimension[] = ['operation'];
+    if (request.tenant !== undefined) scope.push('tenant');
+    if (request.principal !== undefined) scope.push('principal');
+    const scoped = buildScopedKey(
+      { operation: request.operation, tenant: request.tenant, principal: request.principal, key: request.key },
+      scope,
+    );
+    const fingerprint = createHash('sha256').update(request.fingerprint ?? '').digest('base64url');
+    const begun = await this.begin({ scoped, fingerprint, policy });
+    switch (begun.kind) {
+      case 'claimed':
+        return this.runClaimed(begun.claim, fn);
+      case 'replay': {
+        const { response } = begun;
+        if (response.statusCode >= 200 && response.statusCode < 300) {
+          return { status: 'replayed', value: decodeRunBody(response) as T };
+        }
+        throw new IdempotencyRunError('replayed-failure', `An earlier run with this key failed with ${response.statusCode}; the failure is stored.`, {
+          status: response.statusCode,
+          body: decodeRunBody(response),
+        });
+      }
+      case 'mismatch':
+        throw new IdempotencyRunError('key-reused', 'This key was already used with a different fingerprint.');
+      case 'in-progress':
+        throw new IdempotencyRunError('in-progress', 'A run with this key is still in progress.', {
+          retryAfterSeconds: begun.retryAfterSeconds,
+        });
+      case 'replay-unavailable':
+        throw new IdempotencyRunError('replay-unavailable', 'A run with this key completed, but its result was not stored.');
+      case 'outcome-unknown':
+        throw new IdempotencyRunError('outcome-unknown', 'A run with this key stopped before it finished; its outcome is unknown.');
+    }
+  }
+
+  /**
    * Runs a claimed request to its end: the handler, then its response's outcome (CONTRACT B.7).
    * On `transactional` routes the handler runs inside a durable-store transaction and the
    * completed record commits in it; a failed or released outcome rolls the business writes back.
@@ -229,6 +312,34 @@ export class IdempotencyService implements OnApplicationShutdown {
   async abandon(claim: IdempotencyClaim): Promise<FinishResult> {
     this.drop(claim);
     return this.releaseClaim(claim);
+  }
+
+  private async runClaimed<T>(claim: IdempotencyClaim, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+    const context = new IdempotencyContextRef(claim);
+    let outcome: HandlerOutcome | undefined;
+    const result = await this.execute(claim, {
+      run: async (manager) => {
+        context.attachManager(manager);
+        try {
+          outcome = { ok: true, value: await fn(context) };
+        } catch (error) {
+          outcome = { ok: false, error };
+        }
+        return outcome;
+      },
+      response: async (settled) => (settled.ok ? encodeRunValue(settled.value) : encodeRunFailure(settled.error)),
+      override: (settled) => context.outcome ?? (settled.ok ? undefined : forcedOutcomeOf(settled.error)),
+    });
+    if (result.kind === 'not-run' || (result.kind === 'replaced' && result.reason === 'lost')) {
+      throw new IdempotencyRunError('in-progress', 'This run lost its claim to a newer one.', {
+        retryAfterSeconds: result.retryAfterSeconds,
+      });
+    }
+    if (result.kind === 'replaced') {
+      throw new IdempotencyStoreError('The transaction of this run could not be committed; retry after the lease.', 'durable');
+    }
+    if (!outcome!.ok) throw outcome!.error;
+    return { status: 'fresh', value: outcome!.value as T };
   }
 
   onApplicationShutdown(): void {

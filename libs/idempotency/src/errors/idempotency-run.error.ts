@@ -1,0 +1,29 @@
+/**
+ * Why `IdempotencyService.run()` did not run the function nor return a replayed value:
+ * - `key-reused`: the key was used with another fingerprint (a different message under the same id);
+ * - `in-progress`: the original still runs: hand the message back for redelivery after `retryAfterSeconds`;
+ * - `replay-unavailable`: the original completed but its result was too large to store;
+ * - `outcome-unknown`: the original died and `staleLock: 'fail'` recorded its outcome as unknown;
+ * - `replayed-failure`: the original failed with an error the outcome policy stores
+ *   (`status`, `body`): the same failure is reported again, without running anything.
+ *
+ * @publicApi
+ */
+export type IdempotencyRunErrorKind = 'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure';
+
+/** @publicApi */
+export class IdempotencyRunError extends Error {
+  constructor(
+    readonly kind: IdempotencyRunErrorKind,
+    message: string,
+    readonly details: { retryAfterSeconds?: number; status?: number; body?: unknown } = {},
+  ) {
+    super(message);
+    this.name = this.constructor.name;
+  }
+
+  /** True when retrying later with the same key can succeed (`in-progress`). */
+  get retryable(): boolean {
+    return this.kind === 'in-progress';
+  }
+}
