@@ -145,6 +145,7 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
         amountCents: order.totalCents,
         currency: 'USD',
         providerKey: expect.any(String),
+        status: 'charged',
         createdAt: expect.stringMatching(/Z$/),
       });
       expect(res.body[0].providerKey.length).toBeGreaterThan(0);

@@ -11,6 +11,7 @@ import { OrdersIdempotencyModule } from './idempotency/orders-idempotency.module
 import { OrdersModule } from './orders/orders.module.js';
 import { PaymentsModule } from './payments/payments.module.js';
 import { RedisModule } from './redis/redis.module.js';
+import { WebhooksModule } from './webhooks/webhooks.module.js';
 
 /**
  * The orders service. Which backends it uses is decided once, in the config
@@ -30,6 +31,7 @@ export class AppModule {
         HealthModule,
         PaymentsModule,
         OrdersModule,
+        WebhooksModule,
       ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemDetailsFilter },

@@ -1,6 +1,7 @@
 import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
 import { bigintAsNumber } from '../database/column-transformers.js';
 import type { Currency } from '../orders/currency.js';
+import type { PaymentStatus } from './payment-status.js';
 
 /**
  * A charge at the (simulated) card provider. Like a real provider, it keeps a unique index on
@@ -27,6 +28,10 @@ export class Payment {
 
   @Column({ name: 'provider_key', type: 'varchar', length: 255 })
   providerKey!: string;
+
+  /** `charged` when created; the provider's webhook events move it on (see `payment-status.ts`). */
+  @Column({ type: 'varchar', length: 16, default: 'charged' })
+  status!: PaymentStatus;
 
   @Column({ name: 'created_at_ms', type: 'bigint', transformer: bigintAsNumber })
   createdAtMs!: number;

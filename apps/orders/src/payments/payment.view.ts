@@ -1,5 +1,6 @@
 import type { Currency } from '../orders/currency.js';
 import type { Payment } from './payment.entity.js';
+import type { PaymentStatus } from './payment-status.js';
 
 /** The JSON shape of a charge (`GET /payments`). */
 export interface PaymentView {
@@ -8,6 +9,8 @@ export interface PaymentView {
   amountCents: number;
   currency: Currency;
   providerKey: string;
+  /** `charged`, then `settled` or `refunded` as the provider's webhook events arrive. */
+  status: PaymentStatus;
   /** ISO-8601, UTC, millisecond precision. */
   createdAt: string;
 }
@@ -19,6 +22,7 @@ export function toPaymentView(payment: Payment): PaymentView {
     amountCents: payment.amountCents,
     currency: payment.currency,
     providerKey: payment.providerKey,
+    status: payment.status,
     createdAt: new Date(payment.createdAtMs).toISOString(),
   };
 }

@@ -39,6 +39,36 @@ export const ORDERS_PROBLEMS = {
     status: 409,
     code: 'payment_key_reused',
   },
+  webhookSignatureInvalid: {
+    slug: 'webhook-signature-invalid',
+    title: 'Webhook signature is missing or invalid',
+    status: 401,
+    code: 'webhook_signature_invalid',
+  },
+  webhookEventReused: {
+    slug: 'webhook-event-reused',
+    title: 'Webhook event id is already used',
+    status: 422,
+    code: 'webhook_event_reused',
+  },
+  webhookEventInProgress: {
+    slug: 'webhook-event-in-progress',
+    title: 'Webhook event is being processed',
+    status: 409,
+    code: 'webhook_event_in_progress',
+  },
+  webhooksDisabled: {
+    slug: 'webhooks-disabled',
+    title: 'Webhooks are not configured',
+    status: 503,
+    code: 'webhooks_disabled',
+  },
+  storeUnavailable: {
+    slug: 'store-unavailable',
+    title: 'Service unavailable',
+    status: 503,
+    code: 'store_unavailable',
+  },
   healthCheckFailed: {
     slug: 'health-check-failed',
     title: 'Service unavailable',

@@ -1,8 +1,13 @@
 import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from '@app/idempotency/typeorm';
 import { CreateOrdersAndPayments1764000000000 } from './1764000000000-create-orders-and-payments.js';
+import { CreatePaymentEvents1764200000000 } from './1764200000000-create-payment-events.js';
 
 /**
  * Every migration of the service, oldest first. Run at startup (never `synchronize`).
  * The idempotency library's durable table is created by its own migration.
  */
-export const ORDERS_MIGRATIONS = [CreateOrdersAndPayments1764000000000, ...IDEMPOTENCY_TYPEORM_MIGRATIONS];
+export const ORDERS_MIGRATIONS = [
+  CreateOrdersAndPayments1764000000000,
+  ...IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  CreatePaymentEvents1764200000000,
+];
