@@ -37,4 +37,5 @@ export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
 export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
+export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';

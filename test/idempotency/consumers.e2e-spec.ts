@@ -1,0 +1,210 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, HttpException, Module, UnprocessableEntityException, type INestMicroservice } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import {
+  ClientProxyFactory,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  RpcException,
+  Transport,
+  type ClientProxy,
+} from '@nestjs/microservices';
+import { firstValueFrom } from 'rxjs';
+import {
+  IdempotencyConsumerContext,
+  IdempotencyContextRef,
+  IdempotencyModule,
+  IdempotencyRunError,
+  IdempotentConsumer,
+  IdempotentConsumerKeyError,
+  MemoryIdempotencyStore,
+  type IdempotencyStore,
+} from '@app/idempotency';
+import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { sleep } from '../utils/http.js';
+import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
+
+interface Charge {
+  eventId?: string;
+  amountCents: number;
+}
+
+/** What the handlers did, and gates that hold a handler until the test opens them. */
+class Probe {
+  readonly runs = new Map<string, number>();
+  readonly gates = new Map<string, Promise<void>>();
+  readonly failures = new Map<string, Error[]>();
+  readonly contexts: IdempotencyContextRef[] = [];
+  readonly duplicates: string[] = [];
+
+  ran(key: string): number {
+    return this.runs.get(key) ?? 0;
+  }
+  count(key: string): void {
+    this.runs.set(key, this.ran(key) + 1);
+  }
+  hold(key: string): () => void {
+    let open!: () => void;
+    this.gates.set(key, new Promise<void>((resolve) => (open = resolve)));
+    return open;
+  }
+}
+
+/**
+ * An error the client can read: Nest sends any other error to a `@MessagePattern` client as
+ * "Internal server error", so the handlers map the library's errors to `RpcException`s.
+ */
+const toRpc = (error: unknown) =>
+  error instanceof IdempotencyRunError
+    ? new RpcException({ kind: error.kind, retryable: error.retryable, retryAfterSeconds: error.details.retryAfterSeconds })
+    : error instanceof IdempotentConsumerKeyError
+      ? new RpcException({ kind: 'no-key', message: error.message })
+      : error instanceof HttpException
+        ? new RpcException({ kind: 'http', status: error.getStatus() })
+        : new RpcException({ kind: 'failed', message: (error as Error).message });
+
+/** The fixture microservice, with its own channel names so suites never hear each other. */
+function consumerModule(prefix: string, probe: Probe, store: IdempotencyStore) {
+  @Controller()
+  class ChargesConsumer {
+    @MessagePattern(`${prefix}.charge`)
+    @IdempotentConsumer<Charge>({
+      consumer: 'billing.charge',
+      key: (charge) => charge.eventId,
+      fingerprint: (charge) => JSON.stringify(charge),
+      onDuplicate: (charge) => void probe.duplicates.push(charge.eventId!),
+      mapError: toRpc,
+    })
+    async charge(@Payload() charge: Charge, @IdempotencyConsumerContext() idem: IdempotencyContextRef) {
+      const key = charge.eventId!;
+      probe.count(key);
+      probe.contexts.push(idem);
+      await probe.gates.get(key);
+      const failure = probe.failures.get(key)?.shift();
+      if (failure) throw failure;
+      return { charged: charge.amountCents, run: probe.ran(key), chargeKey: idem.derivedKey('psp') };
+    }
+
+    @EventPattern<string>(`${prefix}.order-created`)
+    @IdempotentConsumer<{ id: string }>({ consumer: 'mailer.order-created', key: (event) => event.id })
+    async orderCreated(@Payload() event: { id: string }) {
+      probe.count(event.id);
+    }
+  }
+  @Module({ imports: [IdempotencyModule.forRoot({ store, leaseMs: 3000, heartbeatMs: 1000 })], controllers: [ChargesConsumer] })
+  class ConsumerModule {}
+  return ConsumerModule;
+}
+
+/**
+ * `@IdempotentConsumer()` on a real Nest microservice: the Redis transport
+ * (`Transport.REDIS`, pub/sub on 127.0.0.1:6379), a real client, once per fast store.
+ */
+describe.each<[string, () => IdempotencyStore]>([
+  ['memory', () => new MemoryIdempotencyStore()],
+  ['redis', () => new RedisIdempotencyStore(redisUrl(), { prefix: `idem-consumer-${randomUUID().slice(0, 8)}` })],
+])('@IdempotentConsumer on the Redis transport (%s store)', (_name, makeStore) => {
+  const prefix = `consumers-${randomUUID().slice(0, 8)}`;
+  const probe = new Probe();
+  let service: INestMicroservice;
+  let client: ClientProxy;
+  const { hostname, port } = new URL(redisUrl());
+  const transport = { host: hostname, port: Number(port || 6379) };
+
+  beforeAll(async () => {
+    await connectRedisOrFail();
+    service = await NestFactory.createMicroservice(consumerModule(prefix, probe, makeStore()), {
+      transport: Transport.REDIS,
+      options: transport,
+      logger: false,
+    });
+    await service.listen();
+    client = ClientProxyFactory.create({ transport: Transport.REDIS, options: transport });
+    await client.connect();
+  });
+  afterAll(async () => {
+    await client?.close();
+    await service?.close();
+  });
+
+  const charge = (payload: Charge) => firstValueFrom(client.send(`${prefix}.charge`, payload));
+  const failureOf = (payload: Charge): Promise<Record<string, unknown>> =>
+    charge(payload).then(
+      (value: unknown) => ({ value }),
+      (error: unknown) => error as Record<string, unknown>,
+    );
+
+  it('a duplicate of a completed message is acknowledged with the stored value; the handler ran once', async () => {
+    const eventId = randomUUID();
+    const first = await charge({ eventId, amountCents: 500 });
+    const again = await charge({ eventId, amountCents: 500 });
+    expect(first).toEqual({ charged: 500, run: 1, chargeKey: expect.stringMatching(/^idk_/) });
+    expect(again).toEqual(first);
+    expect(probe.ran(eventId)).toBe(1);
+    expect(probe.duplicates).toContain(eventId);
+  });
+
+  it('the handler gets the context of its claim (@IdempotencyConsumerContext)', async () => {
+    const eventId = randomUUID();
+    await charge({ eventId, amountCents: 1 });
+    const context = probe.contexts.at(-1)!;
+    expect(context).toBeInstanceOf(IdempotencyContextRef);
+    expect(context.fencingToken).toBe(1);
+    expect(context.tookOver).toBe(false);
+  });
+
+  it('a duplicate while the original runs gets a retryable in-progress error and does not run', async () => {
+    const eventId = randomUUID();
+    const open = probe.hold(eventId);
+    const original = charge({ eventId, amountCents: 700 });
+    await sleep(100);
+    expect(await failureOf({ eventId, amountCents: 700 })).toEqual({ kind: 'in-progress', retryable: true, retryAfterSeconds: expect.any(Number) });
+    expect(probe.ran(eventId)).toBe(1);
+    open();
+    expect(await original).toMatchObject({ charged: 700, run: 1 });
+    expect(await charge({ eventId, amountCents: 700 })).toMatchObject({ charged: 700, run: 1 });
+  });
+
+  it('a failure is released by the outcome policy: the redelivery runs the handler again', async () => {
+    const eventId = randomUUID();
+    probe.failures.set(eventId, [new Error('ledger timeout')]);
+    expect(await failureOf({ eventId, amountCents: 900 })).toEqual({ kind: 'failed', message: 'ledger timeout' });
+    expect(await charge({ eventId, amountCents: 900 })).toMatchObject({ charged: 900, run: 2 });
+    expect(probe.ran(eventId)).toBe(2);
+  });
+
+  it('a definitive failure (4xx) is stored: duplicates get it again as replayed-failure without running', async () => {
+    const eventId = randomUUID();
+    probe.failures.set(eventId, [new UnprocessableEntityException('unknown account')]);
+    expect(await failureOf({ eventId, amountCents: 1 })).toEqual({ kind: 'http', status: 422 });
+    expect(await failureOf({ eventId, amountCents: 1 })).toMatchObject({ kind: 'replayed-failure', retryable: false });
+    expect(probe.ran(eventId)).toBe(1);
+  });
+
+  it('the same key with another payload is key-reused, and does not run', async () => {
+    const eventId = randomUUID();
+    await charge({ eventId, amountCents: 100 });
+    expect(await failureOf({ eventId, amountCents: 200 })).toMatchObject({ kind: 'key-reused', retryable: false });
+    expect(probe.ran(eventId)).toBe(1);
+  });
+
+  it('a message without a key is refused (IdempotentConsumerKeyError) and does not run', async () => {
+    const before = [...probe.runs.values()].reduce((a, b) => a + b, 0);
+    const refused = await failureOf({ amountCents: 5 });
+    expect(refused).toMatchObject({ kind: 'no-key' });
+    expect(String(refused.message)).toContain('billing.charge');
+    expect([...probe.runs.values()].reduce((a, b) => a + b, 0)).toBe(before);
+  });
+
+  it('an event emitted 5 times (@EventPattern) is handled once', async () => {
+    const id = randomUUID();
+    for (let i = 0; i < 5; i++) {
+      await firstValueFrom(client.emit(`${prefix}.order-created`, { id }), { defaultValue: undefined });
+    }
+    const deadline = Date.now() + 3000;
+    while (probe.ran(id) === 0 && Date.now() < deadline) await sleep(20);
+    await sleep(300);
+    expect(probe.ran(id)).toBe(1);
+  });
+});
