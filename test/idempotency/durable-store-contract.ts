@@ -598,6 +598,17 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
     });
 
     describe('extend', () => {
+      it('pushes expiresAt to the new lease when the lease would outlive the TTL (a live claim never expires)', async () => {
+        const key = newId();
+        const record = await claimed(key, { leaseMs: 200, ttlMs: 400 });
+        expect(await store.extend(key, record.ownerToken, 10_000)).toBe(true);
+        const renewed = await store.get(key);
+        expect(renewed!.expiresAtMs).toBe(renewed!.leaseExpiresAtMs);
+        await sleep(450); // past the original TTL
+        expect((await store.get(key))?.ownerToken).toBe(record.ownerToken);
+        expect((await store.claim(key, claimRequest())).kind).toBe('existing');
+      });
+
       it('renews the lease of its owner (lease = now + leaseMs) and changes nothing else', async () => {
         const key = newId();
         const record = await claimed(key, { leaseMs: SHORT_MS });

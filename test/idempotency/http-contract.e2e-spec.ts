@@ -530,6 +530,51 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(results.filter((r) => r.headers.get('idempotent-replayed') === null)).toHaveLength(1);
     });
 
+    it('rule 25: a live handler keeps its claim past its TTL too: no second run while it runs', async () => {
+      const k = key();
+      const gate = `g-${k}`;
+      const before = fixture.probe.runs;
+      const running = call('/short-ttl', { key: k, body: { gate } });
+      await sleep(700); // the record's TTL is 400 ms
+      expectProblem(await call('/short-ttl', { key: k, body: { gate } }), 409, 'idempotency-request-in-progress');
+      fixture.probe.open(gate);
+      expect((await running).status).toBe(201);
+      expect(fixture.probe.runs - before).toBe(1);
+    });
+
+    it('a client that disconnects mid-request: the handler finishes once, and the retry learns the operation completed', async () => {
+      const k = key();
+      const gate = `g-${k}`;
+      const before = fixture.probe.runs;
+      const aborter = new AbortController();
+      const gone = fetch(`${fixture.url}/charges`, {
+        method: 'POST',
+        headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1', 'Idempotency-Key': k, 'Content-Type': 'application/json' },
+        body: JSON.stringify({ amount: 1, gate }),
+        signal: aborter.signal,
+      }).catch(() => 'aborted');
+      await sleep(100);
+      aborter.abort();
+      expect(await gone).toBe('aborted');
+      await sleep(50);
+      fixture.probe.open(gate);
+      await sleep(100);
+      const retry = await call('/charges', { key: k, body: { amount: 1, gate } });
+      const problem = expectProblem(retry, 409, 'idempotency-replay-unavailable');
+      expect(problem.operationCompleted).toBe(true);
+      expect(retry.headers.get('location')).toMatch(/^\/charges\/\d+$/);
+      expect(fixture.probe.runs - before).toBe(1);
+    });
+
+    it('a handler that writes its own response and waits for it to go out neither hangs nor runs twice', async () => {
+      const k = key();
+      const first = await call('/own-response', { key: k });
+      expect(first.status).toBe(201);
+      const retry = await call('/own-response', { key: k });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.body.equals(first.body)).toBe(true);
+    });
+
     it('rule 25: a live handler keeps its claim past the lease through heartbeats', async () => {
       const k = key();
       const gate = `g-${k}`;

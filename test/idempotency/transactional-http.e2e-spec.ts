@@ -79,6 +79,29 @@ describe.each<Platform>(['express', 'fastify'])('transactional routes on Postgre
     expect(await effects(ref)).toBe(0);
   });
 
+  it('a forced release of a success commits the business write and frees the key: the retry runs again', async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    expect((await call({ key, body: { ref, release: true } })).status).toBe(201);
+    const retry = await call({ key, body: { ref, release: true } });
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await effects(ref)).toBe(2);
+  });
+
+  it('the database failing before the transaction starts is a 503, runs nothing, and frees the key', async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    durable.failNextTransaction(new Error('connect ECONNREFUSED'));
+    const refused = await call({ key, body: { ref } });
+    expect(refused.status).toBe(503);
+    expect(refused.json().code).toBe('idempotency_store_unavailable');
+    expect(await effects(ref)).toBe(0);
+    const retry = await call({ key, body: { ref } });
+    expect(retry.status).toBe(201);
+    expect(await effects(ref)).toBe(1);
+  });
+
   it('a zombie whose lease was taken over before its transaction began fails the owner-token check: it writes nothing, the winner commits once', async () => {
     const ref = randomUUID();
     const key = randomUUID();

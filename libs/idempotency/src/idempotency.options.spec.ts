@@ -43,8 +43,15 @@ describe('resolvePolicy', () => {
     expect(() => resolvePolicy({ ttlMs: 60_000, leaseMs: 30_000 })).not.toThrow();
   });
 
-  it('rejects a heartbeat that is not shorter than the lease', () => {
-    expect(() => resolvePolicy({ leaseMs: 1000, heartbeatMs: 1000 })).toThrow(/heartbeatMs/);
+  it('rejects a heartbeat longer than half the lease', () => {
+    expect(() => resolvePolicy({ leaseMs: 1000, heartbeatMs: 600 })).toThrow(/heartbeatMs/);
+    expect(() => resolvePolicy({ leaseMs: 1000, heartbeatMs: 500 })).not.toThrow();
+  });
+
+  it('an explicit undefined in a nested option keeps the default (no unbounded wait, no nameless header)', () => {
+    const policy = resolvePolicy({ inProgress: { mode: 'wait', maxWaitMs: undefined }, replayHeader: { name: undefined } });
+    expect(policy.inProgress.maxWaitMs).toBe(5000);
+    expect(policy.replayHeader.name).toBe('Idempotent-Replayed');
   });
 
   it.each([
@@ -55,6 +62,9 @@ describe('resolvePolicy', () => {
     [{ replayHeader: { name: 'bad name' } }, /replayHeader/],
     [{ staleLock: 'ignore' as never }, /staleLock/],
     [{ onStoreError: 'retry' as never }, /onStoreError/],
+    [{ leaseMs: 1500.5, heartbeatMs: 500 }, /leaseMs/],
+    [{ inProgress: { maxWaitMs: -1 } }, /maxWaitMs/],
+    [{ inProgress: { maxWaitMs: Number.NaN } }, /maxWaitMs/],
   ])('rejects an invalid option %j', (options, message) => {
     expect(() => resolvePolicy(options)).toThrow(message);
   });

@@ -118,8 +118,8 @@ export function resolvePolicy(
     mismatchStatus: pick('mismatchStatus'),
     inProgress: {
       ...DEFAULT_POLICY.inProgress,
-      ...moduleOptions.inProgress,
-      ...routeOptions.inProgress,
+      ...defined(moduleOptions.inProgress),
+      ...defined(routeOptions.inProgress),
     } as ResolvedPolicy['inProgress'],
     storeServerErrors: pick('storeServerErrors'),
     storeClientErrors: pick('storeClientErrors'),
@@ -129,8 +129,8 @@ export function resolvePolicy(
     staleLock: pick('staleLock'),
     replayHeader: {
       ...DEFAULT_POLICY.replayHeader,
-      ...moduleOptions.replayHeader,
-      ...routeOptions.replayHeader,
+      ...defined(moduleOptions.replayHeader),
+      ...defined(routeOptions.replayHeader),
     } as ResolvedPolicy['replayHeader'],
     echoKey: pick('echoKey'),
     maxStoredResponseBytes: pick('maxStoredResponseBytes'),
@@ -143,18 +143,32 @@ export function resolvePolicy(
   return policy;
 }
 
+/** The fields of `options` that are set: an explicit `undefined` must not hide a default. */
+function defined<T extends object>(options: T | undefined): Partial<T> {
+  return Object.fromEntries(Object.entries(options ?? {}).filter(([, value]) => value !== undefined)) as Partial<T>;
+}
+
+/** setTimeout's ceiling: a longer delay fires at once. */
+const MAX_TIMER_MS = 2_147_483_647;
+
 function validatePolicy(p: ResolvedPolicy): void {
   const fail = (message: string) => {
     throw new IdempotencyConfigurationError(message);
   };
   const positive = (name: string, value: number) => {
-    if (!Number.isFinite(value) || value <= 0) fail(`${name} must be a positive number of milliseconds, got ${value}.`);
+    if (!Number.isInteger(value) || value <= 0) fail(`${name} must be a positive integer number of milliseconds, got ${value}.`);
   };
   positive('ttlMs', p.ttlMs);
   positive('leaseMs', p.leaseMs);
   positive('heartbeatMs', p.heartbeatMs);
   if (p.ttlMs < 2 * p.leaseMs) fail(`ttlMs (${p.ttlMs}) must be at least 2 × leaseMs (${p.leaseMs}) (CONTRACT B.9 rule 29).`);
-  if (p.heartbeatMs >= p.leaseMs) fail(`heartbeatMs (${p.heartbeatMs}) must be less than leaseMs (${p.leaseMs}), or live handlers lose their claim.`);
+  if (p.heartbeatMs * 2 > p.leaseMs) {
+    fail(`heartbeatMs (${p.heartbeatMs}) must be at most half of leaseMs (${p.leaseMs}), so one late renewal does not lose a live claim.`);
+  }
+  if (p.leaseMs > MAX_TIMER_MS) fail(`leaseMs must be at most ${MAX_TIMER_MS}.`);
+  if (!Number.isInteger(p.inProgress.maxWaitMs) || p.inProgress.maxWaitMs < 0 || p.inProgress.maxWaitMs > MAX_TIMER_MS) {
+    fail(`inProgress.maxWaitMs must be an integer number of milliseconds ≥ 0, got ${p.inProgress.maxWaitMs}.`);
+  }
   if (!Number.isInteger(p.minKeyLength) || p.minKeyLength < 1) fail(`minKeyLength must be an integer ≥ 1, got ${p.minKeyLength}.`);
   if (!Number.isInteger(p.maxKeyLength) || p.maxKeyLength < p.minKeyLength) fail(`maxKeyLength must be an integer ≥ minKeyLength, got ${p.maxKeyLength}.`);
   if (p.scope.length === 0 || p.scope.some((d) => !['tenant', 'principal', 'operation'].includes(d))) {
@@ -171,5 +185,5 @@ function validatePolicy(p: ResolvedPolicy): void {
   if (!['takeover', 'fail'].includes(p.staleLock)) fail(`staleLock must be 'takeover' or 'fail', got ${p.staleLock}.`);
   if (!['fail-closed', 'fail-open'].includes(p.onStoreError)) fail(`onStoreError must be 'fail-closed' or 'fail-open', got ${p.onStoreError}.`);
   if (!Number.isInteger(p.maxStoredResponseBytes) || p.maxStoredResponseBytes < 0) fail('maxStoredResponseBytes must be an integer ≥ 0.');
-  if (!/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(p.replayHeader.name)) fail(`replayHeader.name is not a valid header name: ${p.replayHeader.name}`);
+  if (typeof p.replayHeader.name !== 'string' || !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(p.replayHeader.name)) fail(`replayHeader.name is not a valid header name: ${p.replayHeader.name}`);
 }

@@ -85,7 +85,10 @@ describe('IdempotencyService.execute on a transactional route', () => {
       manager.push(m);
       return { ok: true, value: { id: 1 } };
     },
-    response: async () => created,
+    response: async (ran: Promise<HandlerOutcome>) => {
+      await ran;
+      return created;
+    },
     override: () => undefined,
   });
 
@@ -110,8 +113,29 @@ describe('IdempotencyService.execute on a transactional route', () => {
       throw new IdempotencyClaimLostError('k');
     };
     const result = await engine.execute(await claim(), run(managers));
-    expect(result).toEqual({ kind: 'not-run', retryAfterSeconds: 1 });
+    expect(result).toEqual({ kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 });
     expect(managers).toEqual([]);
+  });
+
+  it('a transaction that cannot start (database down) runs nothing, frees the key and says store-unavailable', async () => {
+    const managers: unknown[] = [];
+    durable.transaction = async () => {
+      throw new Error('connect ECONNREFUSED');
+    };
+    const result = await engine.execute(await claim(), run(managers));
+    expect(result).toEqual({ kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 });
+    expect(managers).toEqual([]);
+    expect(durable.log).toContain('release');
+  });
+
+  it('a success whose outcome is forced to release commits the business writes and frees the key', async () => {
+    const result = await engine.execute(await claim(), {
+      run: async () => ({ ok: true, value: 1 }),
+      response: async () => created,
+      override: () => 'release',
+    });
+    expect(result).toEqual({ kind: 'sent' });
+    expect(durable.log).toEqual(['commit', 'release']);
   });
 
   it('a failed commit keeps the claim (no release) and asks the client to come back after the lease', async () => {
@@ -122,5 +146,34 @@ describe('IdempotencyService.execute on a transactional route', () => {
     const result = await engine.execute(await claim(), run([]));
     expect(result).toEqual({ kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds: 30 });
     expect(durable.log).not.toContain('release');
+  });
+});
+
+describe('IdempotencyService.begin in wait mode', () => {
+  it('paces its re-reads when the durable row answers in-progress (no busy loop)', async () => {
+    const durable = new FencedDurableStore();
+    let claims = 0;
+    durable.claim = async (_key, request) => {
+      claims += 1;
+      const now = Date.now();
+      const record: IdempotencyRecord = {
+        state: 'in_progress',
+        fingerprint: request.fingerprint,
+        ownerToken: 'someone-else',
+        fencingToken: 1,
+        createdAtMs: now,
+        leaseExpiresAtMs: now + 60_000,
+        expiresAtMs: now + 120_000,
+      };
+      return { kind: 'existing', record, nowMs: now };
+    };
+    const engine = new IdempotencyService(new MemoryIdempotencyStore(), resolveModuleSettings({}), durable);
+    const begun = await engine.begin({
+      scoped: buildScopedKey({ operation: 'op', key: 'k' }, ['operation']),
+      fingerprint: 'f'.repeat(43),
+      policy: resolvePolicy({}, { durable: true, inProgress: { mode: 'wait', maxWaitMs: 1500 } }),
+    });
+    expect(begun.kind).toBe('in-progress');
+    expect(claims).toBeLessThanOrEqual(3); // one read, then at most one per second
   });
 });

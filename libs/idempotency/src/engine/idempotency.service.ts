@@ -83,14 +83,16 @@ export type HandlerOutcome = { ok: true; value: unknown } | { ok: false; error: 
 /**
  * What `execute` needs from an adapter: how to run the handler (with the transaction's ORM handle
  * on transactional routes), how to wait for the response it produced (undefined: none will come,
- * e.g. the client went away after a failure), and which outcome the handler forced.
+ * e.g. the client went away), and which outcome was forced. The response may be complete before
+ * the handler settles (a handler that writes the response itself and then waits for it), so
+ * `response` gets the handler's outcome as a promise, and `override` gets it only if it settled.
  *
  * @publicApi
  */
 export interface Execution {
   run(manager: unknown): Promise<HandlerOutcome>;
-  response(outcome: HandlerOutcome): Promise<StoredResponse | undefined>;
-  override(outcome: HandlerOutcome): OutcomeOverride | undefined;
+  response(outcome: Promise<HandlerOutcome>): Promise<StoredResponse | undefined>;
+  override(outcome: HandlerOutcome | undefined): OutcomeOverride | undefined;
 }
 
 /**
@@ -103,7 +105,7 @@ export interface Execution {
 export type ExecutionResult =
   | { kind: 'sent' }
   | { kind: 'replaced'; reason: 'lost' | 'store-unavailable'; retryAfterSeconds: number }
-  | { kind: 'not-run'; retryAfterSeconds: number };
+  | { kind: 'not-run'; reason: 'lost' | 'store-unavailable'; retryAfterSeconds: number };
 
 /**
  * A claim this process holds on a record. While it lives, a heartbeat renews the lease; once the
@@ -113,6 +115,7 @@ export type ExecutionResult =
  */
 export class IdempotencyClaim {
   private heartbeat?: NodeJS.Timeout;
+  private beating = false;
   private lostClaim = false;
 
   constructor(
@@ -136,28 +139,36 @@ export class IdempotencyClaim {
 
   /** @internal */
   startHeartbeat(renew: () => Promise<boolean>, onLost: () => void): void {
-    this.heartbeat = setInterval(() => {
-      renew().then(
-        (renewed) => {
-          if (!renewed && !this.lostClaim) {
+    this.beating = true;
+    // One renewal at a time: the next beat is scheduled when the previous renewal has answered.
+    const beat = () => {
+      this.heartbeat = setTimeout(() => {
+        renew().then(
+          (renewed) => {
+            if (!this.beating) return; // finished meanwhile: a refusal now means nothing
+            if (renewed) return beat();
             this.lostClaim = true;
             this.stopHeartbeat();
             onLost();
-          }
-        },
-        // A failed renewal is retried at the next beat; the lease still has two beats of slack.
-        () => undefined,
-      );
-    }, this.policy.heartbeatMs);
-    this.heartbeat.unref();
+          },
+          // A failed renewal is retried at the next beat; the lease still has a beat of slack.
+          () => this.beating && beat(),
+        );
+      }, this.policy.heartbeatMs);
+      this.heartbeat.unref();
+    };
+    beat();
   }
 
   /** @internal */
   stopHeartbeat(): void {
-    if (this.heartbeat) clearInterval(this.heartbeat);
+    this.beating = false;
+    if (this.heartbeat) clearTimeout(this.heartbeat);
     this.heartbeat = undefined;
   }
 }
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms).unref());
 
 /** A waiter re-reads the record at least this often, even without a notification. */
 const WAIT_POLL_CEILING_MS = 1000;
@@ -195,14 +206,14 @@ export class IdempotencyService implements OnApplicationShutdown {
         'a durable or transactional route needs a durable store: pass `durableStore` to IdempotencyModule.',
       );
     }
-    const claimRequest: ClaimRequest = {
-      ownerToken: newOwnerToken(),
-      fingerprint: request.fingerprint,
-      leaseMs: policy.leaseMs,
-      ttlMs: policy.ttlMs,
-    };
     const waitUntil = policy.inProgress.mode === 'wait' ? Date.now() + policy.inProgress.maxWaitMs : 0;
     for (;;) {
+      const claimRequest: ClaimRequest = {
+        ownerToken: newOwnerToken(),
+        fingerprint: request.fingerprint,
+        leaseMs: policy.leaseMs,
+        ttlMs: policy.ttlMs,
+      };
       const claimed = await this.store.claim(request.scoped.id, claimRequest);
       let result: BeginResult;
       if (claimed.kind === 'existing') {
@@ -214,7 +225,10 @@ export class IdempotencyService implements OnApplicationShutdown {
       }
       const remainingMs = waitUntil - Date.now();
       if (result.kind !== 'in-progress' || remainingMs <= 0) return result;
-      await this.store.waitForChange(request.scoped.id, Math.min(remainingMs, WAIT_POLL_CEILING_MS));
+      const waitMs = Math.min(remainingMs, WAIT_POLL_CEILING_MS);
+      // The fast tier had no record (the durable row answered): it has nothing to notify about.
+      if (claimed.kind === 'claimed') await sleep(waitMs);
+      else await this.store.waitForChange(request.scoped.id, waitMs);
     }
   }
 
@@ -274,9 +288,10 @@ export class IdempotencyService implements OnApplicationShutdown {
    */
   async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
     if (!claim.policy.transactional) {
-      const outcome = await execution.run(undefined);
+      let settled: HandlerOutcome | undefined;
+      const outcome = execution.run(undefined).then((value) => (settled = value));
       const response = await execution.response(outcome);
-      await this.settle(claim, response, execution.override(outcome));
+      await this.settle(claim, response, execution.override(settled));
       return { kind: 'sent' };
     }
     return this.executeInTransaction(claim, execution);
@@ -327,16 +342,19 @@ export class IdempotencyService implements OnApplicationShutdown {
         }
         return outcome;
       },
-      response: async (settled) => (settled.ok ? encodeRunValue(settled.value) : encodeRunFailure(settled.error)),
-      override: (settled) => context.outcome ?? (settled.ok ? undefined : forcedOutcomeOf(settled.error)),
+      response: async (ran) => {
+        const settled = await ran;
+        return settled.ok ? encodeRunValue(settled.value) : encodeRunFailure(settled.error);
+      },
+      override: (settled) => context.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined),
     });
-    if (result.kind === 'not-run' || (result.kind === 'replaced' && result.reason === 'lost')) {
+    if (result.kind !== 'sent' && result.reason === 'lost') {
       throw new IdempotencyRunError('in-progress', 'This run lost its claim to a newer one.', {
         retryAfterSeconds: result.retryAfterSeconds,
       });
     }
-    if (result.kind === 'replaced') {
-      throw new IdempotencyStoreError('The transaction of this run could not be committed; retry after the lease.', 'durable');
+    if (result.kind !== 'sent') {
+      throw new IdempotencyStoreError('The transaction of this run could not be started or committed; retry later.', 'durable');
     }
     if (!outcome!.ok) throw outcome!.error;
     return { status: 'fresh', value: outcome!.value as T };
@@ -368,12 +386,18 @@ export class IdempotencyService implements OnApplicationShutdown {
     let outcome: HandlerOutcome | undefined;
     let response: StoredResponse | undefined;
     let committed: StoredResponse | undefined;
+    let releaseAfterCommit = false;
     try {
       await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
-        outcome = await execution.run(transaction.manager);
-        response = await execution.response(outcome);
-        if (!response || !outcome.ok) throw ROLLBACK;
-        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+        const ran = execution.run(transaction.manager).then((value) => (outcome = value));
+        response = await execution.response(ran);
+        await ran;
+        if (!response || !outcome!.ok) throw ROLLBACK;
+        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') {
+          // The handler succeeded and asked not to be remembered: its writes commit, the key is freed.
+          releaseAfterCommit = true;
+          return;
+        }
         const stored = this.storable(policy, response);
         if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
           throw new IdempotencyClaimLostError(scoped.id);
@@ -383,24 +407,31 @@ export class IdempotencyService implements OnApplicationShutdown {
     } catch (error) {
       if (error === ROLLBACK) {
         // The business writes are rolled back; the outcome policy still decides the record.
-        await this.settle(claim, response, outcome && execution.override(outcome));
+        await this.settle(claim, response, execution.override(outcome));
         return { kind: 'sent' };
       }
       this.drop(claim);
       const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));
       if (error instanceof IdempotencyClaimLostError) {
         this.logLost(claim, 'transaction');
-        return outcome ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 } : { kind: 'not-run', retryAfterSeconds: 1 };
+        return outcome
+          ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 }
+          : { kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 };
+      }
+      if (!outcome) {
+        // The transaction never started: nothing ran, so the key is freed for the retry.
+        this.logger.error(`transaction could not start key=${scoped.id}: ${(error as Error).message}`);
+        await this.releaseClaim(claim).catch(() => undefined);
+        return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
       }
       // The commit may or may not have happened: keep the claim; after its lease, recovery reads
       // the durable row and replays what committed or runs again what did not.
       this.logger.error(`transaction failed key=${scoped.id}: ${(error as Error).message}; the claim is kept until its lease lapses`);
-      return outcome
-        ? { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds }
-        : { kind: 'not-run', retryAfterSeconds };
+      return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds };
     }
     this.drop(claim);
-    await this.mirrorCompletion(claim, committed!);
+    if (releaseAfterCommit) await this.releaseClaim(claim).catch(() => undefined);
+    else await this.mirrorCompletion(claim, committed!);
     return { kind: 'sent' };
   }
 
@@ -424,7 +455,7 @@ export class IdempotencyService implements OnApplicationShutdown {
 
   private replayOf(record: IdempotencyRecord): BeginResult {
     const response = record.response;
-    if (!response) throw new Error('A completed record has no response: the store broke its contract.');
+    if (!response) throw new IdempotencyStoreError('A completed record has no response: inspect or delete it.');
     return response.bodyOmitted ? { kind: 'replay-unavailable', response } : { kind: 'replay', response };
   }
 
@@ -447,8 +478,12 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
-    const completed = await this.store.complete(scoped.id, taken.record.ownerToken, response);
-    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id} stored=${completed}`);
+    const completed = await this.store.complete(scoped.id, taken.record.ownerToken, response).catch(async (error: unknown) => {
+      await this.store.release(scoped.id, taken.record.ownerToken).catch(() => undefined);
+      throw error;
+    });
+    if (!completed) return { kind: 'in-progress', retryAfterSeconds: 1 };
+    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
 
@@ -531,7 +566,14 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
-    await durable.complete(scoped.id, claimRequest.ownerToken, response);
+    const completed = await durable.complete(scoped.id, claimRequest.ownerToken, response).catch(async (error: unknown) => {
+      await durable.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+      throw error; // the caller (confirmDurable) frees the fast claim
+    });
+    if (!completed) {
+      await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+      return { kind: 'in-progress', retryAfterSeconds: 1 };
+    }
     await this.store.complete(scoped.id, claimRequest.ownerToken, response).catch(() => undefined);
     this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };

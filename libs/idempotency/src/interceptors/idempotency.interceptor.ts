@@ -1,3 +1,5 @@
+import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import {
   Inject,
   Injectable,
@@ -14,7 +16,12 @@ import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator
 import { computeFingerprint } from '../engine/fingerprint.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
-import { IdempotencyService, type HandlerOutcome, type IdempotencyClaim } from '../engine/idempotency.service.js';
+import {
+  IdempotencyService,
+  type ExecutionResult,
+  type HandlerOutcome,
+  type IdempotencyClaim,
+} from '../engine/idempotency.service.js';
 import { replayableHeaders } from '../engine/replayable-headers.js';
 import { buildScopedKey, type ScopedKey } from '../engine/scoped-key.js';
 import {
@@ -66,7 +73,7 @@ export interface ResolvedScope {
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   protected readonly logger = new Logger('Idempotency');
-  private readonly policies = new WeakMap<object, ResolvedPolicy | null>();
+  private readonly policies = new WeakMap<object, WeakMap<object, ResolvedPolicy | null>>();
   private warnedNoRawBody = false;
 
   constructor(
@@ -110,9 +117,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'claimed':
         return this.run(context, next, begun.claim, policy, echo);
       case 'replay':
-        return of(this.replay(begun.response, policy, echo, true));
+        return this.answer(context, this.replay(begun.response, policy, echo, true));
       case 'outcome-unknown':
-        return of(this.replay(begun.response, policy, echo, false));
+        return this.answer(context, this.replay(begun.response, policy, echo, false));
       case 'mismatch':
         throw this.problem('idempotency-key-reused', { echo, status: policy.mismatchStatus });
       case 'in-progress':
@@ -208,6 +215,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return new Response(nullBodyStatus || body.length === 0 ? null : body, { status: stored.statusCode, headers });
   }
 
+  /**
+   * Sends a stored answer. Nest sends what the interceptor returns, except on a route that takes
+   * the response itself (`@Res()` without passthrough): there the answer is written directly.
+   */
+  private async answer(context: ExecutionContext, replay: Response): Promise<Observable<unknown>> {
+    if (!handlesOwnResponse(context)) return of(replay);
+    const response = context.switchToHttp().getResponse<HttpResponse & { code?: (s: number) => unknown; send?: (b: unknown) => unknown }>();
+    const body = Buffer.from(await replay.arrayBuffer());
+    if (response.raw && response.code && response.send) {
+      response.code(replay.status);
+      replay.headers.forEach((value, name) => setHeader(response, name, value));
+      response.send(body);
+    } else {
+      const raw = response as ServerResponse;
+      raw.statusCode = replay.status;
+      replay.headers.forEach((value, name) => raw.setHeader(name, value));
+      raw.end(body);
+    }
+    return of(undefined);
+  }
+
   private run(
     context: ExecutionContext,
     next: CallHandler,
@@ -228,37 +256,52 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const ownHeaders = new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]);
     const handled = deferred<HandlerOutcome>();
     const sent = deferred<StoredResponse | undefined>();
+    const executed = deferred<ExecutionResult>();
+    let settled: HandlerOutcome | undefined;
 
-    const execution = this.engine.execute(claim, {
-      run: async (manager) => {
-        idem.attachManager(manager);
-        // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
-        // subscription, and the handler's result must still settle the claim.
-        const outcome = await lastValueFrom(next.handle(), { defaultValue: undefined }).then(
-          (value): HandlerOutcome => ({ ok: true, value }),
-          (error: unknown): HandlerOutcome => ({ ok: false, error }),
-        );
-        handled.resolve(outcome);
-        return outcome;
-      },
-      response: () => sent.promise,
-      override: (outcome) => idem.outcome ?? (outcome.ok ? undefined : forcedOutcomeOf(outcome.error)) ?? routeOutcome,
-    });
-    void execution.then((result) => {
-      if (result.kind === 'not-run') {
-        const error = this.problem('idempotency-request-in-progress', { echo, retryAfterSeconds: result.retryAfterSeconds });
-        handled.resolve({ ok: false, error });
+    // Installed before the handler starts: a handler may write its response synchronously.
+    // A transactional response must not leave before its commit, however large it is.
+    const holdBytes = policy.transactional ? Number.POSITIVE_INFINITY : policy.maxStoredResponseBytes;
+    const capture = new ResponseCapture(raw, holdBytes, async (captured) => {
+      try {
+        sent.resolve(this.toStored(captured, ownHeaders));
+      } finally {
+        sent.resolve(undefined);
       }
-    });
-
-    const capture = new ResponseCapture(raw, policy.maxStoredResponseBytes, async (captured) => {
-      sent.resolve(this.toStored(captured, ownHeaders));
-      const result = await execution;
+      const result = await executed.promise;
       return result.kind === 'replaced' ? this.replacementFor(result, echo) : undefined;
     });
-    raw.once('close', () => {
-      if (!capture.ended) void handled.promise.then((outcome) => sent.resolve(this.unsentResponse(outcome, raw, ownHeaders)));
-    });
+    const onClose = () => {
+      if (!capture.ended) void handled.promise.then(() => sent.resolve(this.unsentResponse(response, raw, ownHeaders)));
+    };
+    // The client may have gone while the claim was being made: 'close' has fired already.
+    if (raw.destroyed || raw.socket?.destroyed) onClose();
+    else raw.once('close', onClose);
+
+    void this.engine
+      .execute(claim, {
+        run: async (manager) => {
+          idem.attachManager(manager);
+          // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
+          // subscription, and the handler's result must still settle the claim.
+          settled = await lastValueFrom(next.handle(), { defaultValue: undefined }).then(
+            (value): HandlerOutcome => ({ ok: true, value }),
+            (error: unknown): HandlerOutcome => ({ ok: false, error }),
+          );
+          handled.resolve(settled);
+          return settled;
+        },
+        response: () => sent.promise,
+        // `settled` is set before Nest sees the outcome, so a thrown error's forced outcome counts.
+        override: () => idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
+      })
+      .then((result) => {
+        executed.resolve(result);
+        if (result.kind === 'not-run') {
+          const kind = result.reason === 'lost' ? 'idempotency-request-in-progress' : 'idempotency-store-unavailable';
+          handled.resolve({ ok: false, error: this.problem(kind, { echo, retryAfterSeconds: result.retryAfterSeconds }) });
+        }
+      });
     return from(
       handled.promise.then((outcome) => {
         if (outcome.ok) return outcome.value;
@@ -268,22 +311,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * The client went away before anything was sent, so Nest sends nothing. A handler that
-   * succeeded still took effect: record its result serialized as the platform would have sent
-   * it. A handler that failed records nothing (the key is released, or rolled back).
+   * The client went away before anything was sent, so Nest sends nothing and there are no bytes
+   * to store. Whatever the handler did stands, so the key is not freed: the record completes
+   * without a body, and retries get `409 idempotency-replay-unavailable` with the stored
+   * `Location`. Serializing the handler's value here instead could differ from what the route
+   * would have sent (outer interceptors, serializers, streams).
    */
-  private unsentResponse(outcome: HandlerOutcome, raw: ServerResponse, ownHeaders: ReadonlySet<string>): StoredResponse | undefined {
-    if (!outcome.ok) return undefined;
-    const { value } = outcome;
-    const headers = { ...raw.getHeaders() };
-    let body: Buffer;
-    if (value === undefined || value === null) body = Buffer.alloc(0);
-    else if (Buffer.isBuffer(value)) body = value;
-    else if (typeof value === 'object') {
-      body = Buffer.from(JSON.stringify(value));
-      headers['content-type'] ??= 'application/json; charset=utf-8';
-    } else body = Buffer.from(String(value));
-    return this.toStored({ statusCode: raw.statusCode, headers, body, bodyOmitted: false }, ownHeaders);
+  private unsentResponse(response: HttpResponse, raw: ServerResponse, ownHeaders: ReadonlySet<string>): StoredResponse {
+    const reply = response as { getHeaders?: () => Record<string, unknown> };
+    const headers = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) } as CapturedResponse['headers'];
+    return this.toStored({ statusCode: raw.statusCode, headers, bodyOmitted: true }, ownHeaders);
   }
 
   /** What a response whose transaction did not commit is replaced with: a retryable problem. */
@@ -302,7 +339,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   private toStored(captured: CapturedResponse, ownHeaders: ReadonlySet<string>): StoredResponse {
     const headers = replayableHeaders(captured.headers, ownHeaders);
-    return captured.bodyOmitted
+    // Bytes compressed for this client (a Fastify onSend hook) are no body to replay to another (B.8 rule 21).
+    const encoded = headers['content-encoding'] !== undefined && headers['content-encoding'] !== 'identity';
+    return captured.bodyOmitted || encoded
       ? { statusCode: captured.statusCode, headers, bodyOmitted: true }
       : { statusCode: captured.statusCode, headers, body: captured.body };
   }
@@ -323,14 +362,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   private policyOf(context: ExecutionContext): ResolvedPolicy | null {
     const handler = context.getHandler();
-    let policy = this.policies.get(handler);
+    const controller = context.getClass();
+    let byHandler = this.policies.get(controller);
+    if (!byHandler) this.policies.set(controller, (byHandler = new WeakMap()));
+    let policy = byHandler.get(handler);
     if (policy === undefined) {
-      const route: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [
-        handler,
-        context.getClass(),
-      ]);
+      const route: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [handler, controller]);
       policy = route ? resolvePolicy(this.settings.policyOptions, route) : null;
-      this.policies.set(handler, policy);
+      byHandler.set(handler, policy);
     }
     return policy;
   }
@@ -365,6 +404,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
       headers,
     );
   }
+}
+
+/** True when the route takes `@Res()` (or `@Next()`) without passthrough: Nest then sends nothing itself. */
+function handlesOwnResponse(context: ExecutionContext): boolean {
+  const args = Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), context.getHandler().name) as
+    | Record<string, { data?: { passthrough?: boolean } }>
+    | undefined;
+  return Object.entries(args ?? {}).some(([key, arg]) => {
+    const type = Number(key.split(':')[0]);
+    return (type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT) && !arg.data?.passthrough;
+  });
 }
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {

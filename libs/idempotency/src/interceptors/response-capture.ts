@@ -107,7 +107,8 @@ export class ResponseCapture {
       if (replacement && !this.overflowed && !this.raw.headersSent) {
         this.chunks = [];
         this.headArgs = undefined;
-        for (const name of this.raw.getHeaderNames()) this.raw.removeHeader(name);
+        // The representation is replaced; CORS and other cross-cutting headers stay.
+        for (const name of this.raw.getHeaderNames()) if (REPRESENTATION_HEADER.test(name)) this.raw.removeHeader(name);
         this.raw.writeHead(replacement.statusCode, { ...replacement.headers, 'content-length': replacement.body.length });
         this.originalEnd.call(this.raw, replacement.body, callback);
         return;
@@ -158,6 +159,9 @@ export class ResponseCapture {
     raw.end = this.originalEnd;
   }
 }
+
+/** Headers that describe the body being replaced, dropped with it. */
+const REPRESENTATION_HEADER = /^(content-|etag$|last-modified$|location$|set-cookie$)/i;
 
 /** `writeHead` takes headers as an object or as a flat `[name, value, name, value]` array. */
 function normaliseHeaders(value: unknown): OutgoingHttpHeaders {

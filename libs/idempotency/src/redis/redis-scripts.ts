@@ -232,6 +232,8 @@ local rec, err = load(KEYS[1], now)
 if err then return redis.error_reply(err) end
 if not owned_in_progress(rec, ARGV[1]) then return 0 end
 rec.lease = now + tonumber(ARGV[2])
+-- A live claim outlives its TTL: the record must not expire under a running handler.
+if rec.expires < rec.lease then rec.expires = rec.lease end
 save(KEYS[1], rec)
 return 1
 `;

@@ -60,7 +60,10 @@ export abstract class DurableIdempotencyStore {
   /** Deletes the row when it is `in_progress` and owned by `ownerToken`; false otherwise. */
   abstract release(key: string, ownerToken: string): Promise<boolean>;
 
-  /** Renews the lease of an `in_progress` row owned by `ownerToken`; false otherwise. */
+  /**
+   * Renews the lease of an `in_progress` row owned by `ownerToken` (and pushes `expiresAtMs` to at
+   * least the new lease, so a row never expires under a live claim); false otherwise.
+   */
   abstract extend(key: string, ownerToken: string, leaseMs: number): Promise<boolean>;
 
   /** The live row, or undefined when absent or expired. */

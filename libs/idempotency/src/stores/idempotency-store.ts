@@ -63,7 +63,8 @@ export abstract class IdempotencyStore {
   abstract release(key: string, ownerToken: string): Promise<boolean>;
 
   /**
-   * Renews the lease (`leaseExpiresAtMs` = now + leaseMs) when the record is `in_progress` and
+   * Renews the lease (`leaseExpiresAtMs` = now + leaseMs, and `expiresAtMs` pushed to at least
+   * that, so a record never expires under a live claim) when the record is `in_progress` and
    * owned by `ownerToken`; false otherwise (the claim is lost).
    */
   abstract extend(key: string, ownerToken: string, leaseMs: number): Promise<boolean>;

@@ -111,7 +111,9 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
     const now = Date.now();
     const existing = this.live(key, now);
     if (!ownedInProgress(existing, ownerToken)) return false;
-    this.write(key, { ...existing, leaseExpiresAtMs: now + leaseMs });
+    const leaseExpiresAtMs = now + leaseMs;
+    // A live claim outlives its TTL: the record must not expire under a running handler.
+    this.write(key, { ...existing, leaseExpiresAtMs, expiresAtMs: Math.max(existing.expiresAtMs, leaseExpiresAtMs) });
     return true;
   }
 

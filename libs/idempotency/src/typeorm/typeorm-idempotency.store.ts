@@ -132,7 +132,9 @@ function statementsFor(dialect: Dialect, table: string): Statements {
       `DELETE FROM ${table} ` +
       `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $3`,
     extend:
-      `UPDATE ${table} SET lease_expires_at_ms = $3 ` +
+      // A live claim outlives its TTL: the row must not expire under a running handler.
+      `UPDATE ${table} SET lease_expires_at_ms = $3, ` +
+      `expires_at_ms = CASE WHEN expires_at_ms < $3 THEN $3 ELSE expires_at_ms END ` +
       `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $4`,
     // SKIP LOCKED: instances reaping at once each take rows nobody else holds, and none waits
     // for a row a live transaction() has locked.
