@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ORDERS_MIGRATIONS } from '../../apps/orders/src/database/migrations/index.js';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -86,7 +87,7 @@ describe('embedded defaults as a process', () => {
     const payments = await getJson(second.url, '/payments', tenantId);
     expect(payments.body.map((p: { id: string }) => p.id)).toEqual([order.paymentId]);
     // Migrations ran once, on the first start only.
-    expect(first.output()).toContain('Applied 2 migration(s)');
+    expect(first.output()).toContain(`Applied ${ORDERS_MIGRATIONS.length} migration(s)`);
     expect(second.output()).not.toContain('Applied');
   });
 
@@ -139,10 +140,10 @@ describe('several instances against one empty PostgreSQL database', () => {
       for (const instance of [a, b]) {
         expect((await getJson(instance.url, '/health')).status).toBe(200);
       }
-      const applied = [a, b].filter((p) => p.output().includes('Applied 2 migration(s)'));
+      const applied = [a, b].filter((p) => p.output().includes(`Applied ${ORDERS_MIGRATIONS.length} migration(s)`));
       expect(applied).toHaveLength(1);
       const rows = await queryTestDatabase<{ name: string }>(`SELECT name FROM ${migrationsTable.table}`, [], migrationsTable.url);
-      expect(rows.map((r) => r.name)).toEqual(['CreateOrdersAndPayments1764000000000', 'CreateIdempotencyRecords1764100000000']);
+      expect(rows.map((r) => r.name)).toEqual(ORDERS_MIGRATIONS.map((migration) => migration.name));
       expect(await a.stop()).toBe(0);
       expect(await b.stop()).toBe(0);
     } finally {
