@@ -15,18 +15,24 @@ import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL
 describe('migrations', () => {
   beforeAll(() => Logger.overrideLogger(['error', 'fatal']));
 
-  const TABLES = ['idempotency_records', 'migrations', 'order_items', 'orders', 'payment_events', 'payments'];
-  const APPLIED = ['CreateIdempotencyRecords1764100000000', 'CreateOrdersAndPayments1764000000000', 'CreatePaymentEvents1764200000000'];
+  const TABLES = ['idempotency_records', 'migrations', 'order_items', 'order_notifications', 'orders', 'outbox_events', 'payment_events', 'payments'];
+  const APPLIED = [
+    'CreateIdempotencyRecords1764100000000',
+    'CreateOrdersAndPayments1764000000000',
+    'CreateOutboxAndNotifications1764300000000',
+    'CreatePaymentEvents1764200000000',
+  ];
   const undoAll = async (source: DataSource) => {
     for (let i = 0; i < APPLIED.length; i++) await source.undoLastMigration();
   };
   /**
-   * The payment tables match their entities: TypeORM's schema builder finds nothing to change in
-   * them. (It does want to rename the items' foreign key, which the entity leaves unnamed.)
+   * The payment, outbox and notification tables match their entities: TypeORM's schema builder
+   * finds nothing to change in them. (It does want to rename the items' foreign key, which the
+   * entity leaves unnamed.)
    */
   const expectPaymentEntitiesMatchSchema = async (source: DataSource) => {
     const pending = await source.driver.createSchemaBuilder().log();
-    expect(pending.upQueries.map((q) => q.query).filter((query) => /payment/i.test(query))).toEqual([]);
+    expect(pending.upQueries.map((q) => q.query).filter((query) => /payment|outbox|notification/i.test(query))).toEqual([]);
   };
 
   describe('on PostgreSQL', () => {

@@ -13,6 +13,7 @@ import { promisify } from 'node:util';
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CACHE_DIR = join(REPO_ROOT, 'node_modules/.cache/orders-e2e');
 const MAIN_JS = join(CACHE_DIR, 'dist/apps/orders/src/main.js');
+const WORKER_JS = join(CACHE_DIR, 'dist/apps/orders/src/worker.js');
 
 let build: Promise<string> | undefined;
 
@@ -104,6 +105,52 @@ export async function startOrdersProcess(options: StartOptions = {}): Promise<Or
   };
 }
 
+/** A worker process (`worker.js`) of the built service. */
+export interface OrdersWorkerProcess {
+  child: ChildProcess;
+  output(): string;
+  /** SIGTERM, then waits for the exit (SIGKILL after 10 s); resolves with the exit code. */
+  stop(): Promise<number | null>;
+}
+
+/** Starts the built worker (`apps/orders/src/worker.ts`) and resolves once it says it is ready. */
+export async function startOrdersWorkerProcess(options: StartOptions = {}): Promise<OrdersWorkerProcess> {
+  const child = spawnOrders({ ...options.env }, options.cwd, WORKER_JS);
+  let output = '';
+  const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
+  await new Promise<void>((done, fail) => {
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    const timer = setTimeout(() => fail(new Error(`no "Orders worker ready" within ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (output.includes('Orders worker ready')) {
+        clearTimeout(timer);
+        done();
+      }
+    };
+    child.stdout!.on('data', onData);
+    child.stderr!.on('data', onData);
+    void exited.then((code) => {
+      clearTimeout(timer);
+      fail(new Error(`the worker exited with code ${code} before it was ready:\n${output}`));
+    });
+  });
+  return {
+    child,
+    output: () => output,
+    stop: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) {
+        return child.exitCode;
+      }
+      child.kill('SIGTERM');
+      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+      const code = await exited;
+      clearTimeout(killer);
+      return code;
+    },
+  };
+}
+
 /** Runs the built service until it exits by itself (bad configuration); resolves with code and output. */
 export async function runOrdersProcessToExit(env: Record<string, string>, cwd?: string): Promise<{ code: number | null; output: string }> {
   const child = spawnOrders(env, cwd);
@@ -128,8 +175,8 @@ export function freePort(): Promise<number> {
   });
 }
 
-function spawnOrders(env: Record<string, string>, cwd?: string): ChildProcess {
-  return spawn(process.execPath, [MAIN_JS], {
+function spawnOrders(env: Record<string, string>, cwd?: string, script: string = MAIN_JS): ChildProcess {
+  return spawn(process.execPath, [script], {
     cwd: cwd ?? REPO_ROOT,
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NO_COLOR: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

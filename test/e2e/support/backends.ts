@@ -19,7 +19,8 @@ export const backends: [string, () => Promise<Backend>][] = [
       await requireRedis();
       const schema = throwawaySchemaName('orders_e2e');
       return {
-        env: { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema, REDIS_URL: TEST_REDIS_URL },
+        // The queue under a prefix of its own: suites share this Redis, not their schemas.
+        env: { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema, REDIS_URL: TEST_REDIS_URL, QUEUE_PREFIX: `bull-${schema}` },
         usesRedis: true,
         tearDown: () => dropSchema(schema),
       };

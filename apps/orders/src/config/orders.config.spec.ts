@@ -27,10 +27,27 @@ describe('parseOrdersConfig', () => {
       database: { kind: 'embedded', file: '/srv/app/.data/orders.sqlite' },
       fastStore: { kind: 'memory' },
       webhookSecret: undefined,
+      queue: { worker: true, prefix: 'bull', lockMs: 30_000, stalledIntervalMs: 30_000 },
+      outboxPollMs: 5_000,
       logLevel: 'log',
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
       idempotencyLeaseMs: 30_000,
     });
+  });
+
+  it('reads the queue settings and refuses bad ones', () => {
+    const config = parseOrdersConfig(
+      { QUEUE_WORKER: 'false', QUEUE_PREFIX: 'orders:test', QUEUE_LOCK_MS: '1000', QUEUE_STALLED_INTERVAL_MS: '500', OUTBOX_POLL_MS: '250' },
+      '/srv/app',
+    );
+    expect(config.queue).toEqual({ worker: false, prefix: 'orders:test', lockMs: 1000, stalledIntervalMs: 500 });
+    expect(config.outboxPollMs).toBe(250);
+    expect(problemsOf({ QUEUE_WORKER: 'maybe', QUEUE_PREFIX: 'a b', QUEUE_LOCK_MS: '5', OUTBOX_POLL_MS: 'soon' })).toEqual([
+      'QUEUE_WORKER must be true or false (got "maybe")',
+      'QUEUE_PREFIX must be 1 to 64 letters, digits or _ . : - (got "a b")',
+      'QUEUE_LOCK_MS must be an integer from 200 to 600000 (got "5")',
+      'OUTBOX_POLL_MS must be an integer from 100 to 600000 (got "soon")',
+    ]);
   });
 
   it('reads IDEMPOTENCY_LEASE_MS and refuses a value outside 300..3600000', () => {

@@ -28,6 +28,21 @@ export type DatabaseConfig =
 /** The fast store the idempotency layer will use. */
 export type FastStoreConfig = { kind: 'redis'; url: string } | { kind: 'memory' };
 
+/**
+ * The `order-events` queue (BullMQ, on the Redis of `REDIS_URL`). Without `REDIS_URL` there is
+ * no queue: events are processed in-process right after their transaction commits.
+ */
+export interface QueueConfig {
+  /** Whether this process consumes the queue (a BullMQ worker); producers always enqueue. @default true */
+  worker: boolean;
+  /** BullMQ's key prefix in Redis. @default 'bull' */
+  prefix: string;
+  /** How long a worker's lock on a job lasts without renewal (BullMQ `lockDuration`), in ms. @default 30_000 */
+  lockMs: number;
+  /** How often workers look for jobs whose worker died (BullMQ `stalledInterval`), in ms. @default 30_000 */
+  stalledIntervalMs: number;
+}
+
 /** The validated configuration of the orders service. */
 export interface OrdersConfig {
   /** TCP port; `0` picks a free one. @default 3000 */
@@ -36,8 +51,11 @@ export interface OrdersConfig {
   host: string;
   database: DatabaseConfig;
   fastStore: FastStoreConfig;
-  /** Shared secret of the payment provider's webhook signatures (used by the webhooks issue). */
+  /** Shared secret of the payment provider's webhook signatures; unset: `POST /webhooks/payments` answers 503. */
   webhookSecret: string | undefined;
+  queue: QueueConfig;
+  /** How often the outbox is scanned for events not handed to the queue yet, in ms. @default 5_000 */
+  outboxPollMs: number;
   /** Lowest level that is logged. @default 'log' */
   logLevel: LogLevel;
   /** Base URI of every problem `type` (RFC 9457); ends with `/`. @default 'https://api.example.com/problems/' */
@@ -60,6 +78,9 @@ export class OrdersConfigError extends Error {
 export const DEFAULT_PORT = 3000;
 export const DEFAULT_PROBLEM_TYPE_BASE_URI = 'https://api.example.com/problems/';
 export const DEFAULT_IDEMPOTENCY_LEASE_MS = 30_000;
+export const DEFAULT_QUEUE_LOCK_MS = 30_000;
+export const DEFAULT_QUEUE_STALLED_INTERVAL_MS = 30_000;
+export const DEFAULT_OUTBOX_POLL_MS = 5_000;
 /** Nest's log levels, from the most to the least severe. */
 export const LOG_LEVELS_BY_SEVERITY: readonly LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -124,6 +145,22 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     problems.push(`IDEMPOTENCY_LEASE_MS must be an integer from 300 to 3600000 (got "${leaseRaw}")`);
   }
 
+  const queueWorkerRaw = (value('QUEUE_WORKER') ?? 'true').toLowerCase();
+  if (!['true', 'false'].includes(queueWorkerRaw)) {
+    problems.push(`QUEUE_WORKER must be true or false (got "${queueWorkerRaw}")`);
+  }
+  const queuePrefix = value('QUEUE_PREFIX') ?? 'bull';
+  if (!/^[A-Za-z0-9_.:-]{1,64}$/.test(queuePrefix)) {
+    problems.push(`QUEUE_PREFIX must be 1 to 64 letters, digits or _ . : - (got "${queuePrefix}")`);
+  }
+  const queue: QueueConfig = {
+    worker: queueWorkerRaw !== 'false',
+    prefix: queuePrefix,
+    lockMs: parseMs(value('QUEUE_LOCK_MS'), 'QUEUE_LOCK_MS', DEFAULT_QUEUE_LOCK_MS, 200, 600_000, problems),
+    stalledIntervalMs: parseMs(value('QUEUE_STALLED_INTERVAL_MS'), 'QUEUE_STALLED_INTERVAL_MS', DEFAULT_QUEUE_STALLED_INTERVAL_MS, 100, 600_000, problems),
+  };
+  const outboxPollMs = parseMs(value('OUTBOX_POLL_MS'), 'OUTBOX_POLL_MS', DEFAULT_OUTBOX_POLL_MS, 100, 600_000, problems);
+
   if (problems.length > 0) {
     throw new OrdersConfigError(problems);
   }
@@ -133,6 +170,8 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     database,
     fastStore,
     webhookSecret,
+    queue,
+    outboxPollMs,
     logLevel: logLevel as LogLevel,
     problemTypeBaseUri,
     idempotencyLeaseMs,
@@ -178,6 +217,18 @@ function parsePort(raw: string | undefined, problems: string[]): number {
     return DEFAULT_PORT;
   }
   return port;
+}
+
+function parseMs(raw: string | undefined, name: string, fallback: number, min: number, max: number, problems: string[]): number {
+  if (raw === undefined) {
+    return fallback;
+  }
+  const ms = /^\d{1,9}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!(ms >= min && ms <= max)) {
+    problems.push(`${name} must be an integer from ${min} to ${max} (got "${raw}")`);
+    return fallback;
+  }
+  return ms;
 }
 
 function hasProtocol(raw: string, protocols: string[]): boolean {

@@ -5,11 +5,13 @@ import { Order } from '../orders/order.entity.js';
 import { OrderItem } from '../orders/order-item.entity.js';
 import { Payment } from '../payments/payment.entity.js';
 import { PaymentEvent } from '../webhooks/payment-event.entity.js';
+import { OutboxEvent } from '../events/outbox-event.entity.js';
+import { OrderNotification } from '../notifications/order-notification.entity.js';
 import { ORDERS_MIGRATIONS } from './migrations/index.js';
 import { atomicFileSaver } from './sqljs-file.js';
 
 /** Entities of the service (the idempotency record's entity is added per database type). */
-export const ORDERS_ENTITIES = [Order, OrderItem, Payment, PaymentEvent];
+export const ORDERS_ENTITIES = [Order, OrderItem, Payment, PaymentEvent, OutboxEvent, OrderNotification];
 
 /**
  * TypeORM options for the configured database. Migrations are run by `migrateDatabase()`

@@ -1,6 +1,7 @@
 import { Body, Controller, Get, Param, Post, Res } from '@nestjs/common';
 import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
 import type { EntityManager } from 'typeorm';
+import { OutboxRelay } from '../events/outbox.relay.js';
 import { TenantId } from '../common/tenant/tenant-id.decorator.js';
 import { CreateOrderDto } from './dto/create-order.dto.js';
 import type { OrderView } from './order.view.js';
@@ -9,17 +10,25 @@ import { OrdersService } from './orders.service.js';
 /** The part of Express' and Fastify's response objects the controller uses. */
 interface HeaderSink {
   header(name: string, value: string): unknown;
+  /** Express: the response itself; Fastify: `raw`. */
+  once?(event: 'finish', listener: () => void): unknown;
+  raw?: { once(event: 'finish', listener: () => void): unknown };
 }
 
 @Controller('orders')
 export class OrdersController {
-  constructor(private readonly orders: OrdersService) {}
+  constructor(
+    private readonly orders: OrdersService,
+    private readonly outbox: OutboxRelay,
+  ) {}
 
   /**
    * `POST /orders`: 201, `Location: /orders/{id}`, the order (paid). `Idempotency-Key` is
    * required. The order, its charge and the completed idempotency record commit in one
    * transaction (`transactional`), and the payment provider gets a key derived from the
-   * Idempotency-Key, so even a re-run of this handler cannot charge twice.
+   * Idempotency-Key, so even a re-run of this handler cannot charge twice. The order's
+   * `order.created` event commits with it (outbox) and is handed to the queue once the response
+   * has gone out, which is after the commit.
    */
   @Post()
   @Idempotent({ required: true, operation: 'orders.create', transactional: true })
@@ -34,6 +43,8 @@ export class OrdersController {
       manager: idempotency.getManager<EntityManager>(),
     });
     response.header('Location', `/orders/${order.id}`);
+    // The idempotency layer sends the response only after its transaction committed.
+    (response.raw ?? response).once?.('finish', () => this.outbox.kick());
     return order;
   }
 

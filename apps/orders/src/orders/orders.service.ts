@@ -5,6 +5,7 @@ import { Clock } from '../common/clock.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { isUuid } from '../common/tenant/tenant-id.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
+import { OutboxEvent } from '../events/outbox-event.entity.js';
 import { PaymentKeyReusedError, PaymentsService } from '../payments/payments.service.js';
 import type { CreateOrderDto } from './dto/create-order.dto.js';
 import { Order } from './order.entity.js';
@@ -32,7 +33,7 @@ export class OrdersService {
     private readonly clock: Clock,
   ) {}
 
-  /** Writes the order and its items and charges it, all in one transaction. */
+  /** Writes the order and its items, charges it and records its `order.created` event, all in one transaction. */
   create(tenantId: string, dto: CreateOrderDto, options: CreateOrderOptions): Promise<OrderView> {
     const work = (manager: EntityManager) => this.createWithin(manager, tenantId, dto, options.providerKey);
     return options.manager ? work(options.manager) : this.db.transaction(work);
@@ -104,6 +105,16 @@ export class OrdersService {
     order.status = 'paid';
     order.paymentId = payment.id;
     await manager.update(Order, { id: order.id }, { status: order.status, paymentId: order.paymentId });
+    // The order.created event commits with the order (transactional outbox): it exists if and
+    // only if the order does, and the relay publishes it after the commit.
+    await manager.insert(OutboxEvent, {
+      id: randomUUID(),
+      type: 'order.created',
+      tenantId,
+      orderId: order.id,
+      createdAtMs: this.clock.nowMs(),
+      dispatchedAtMs: null,
+    });
     return toOrderView(order);
   }
 }

@@ -1,0 +1,40 @@
+import { Logger } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { AppModule } from './app.module.js';
+import { logLevelsFrom, OrdersConfigError, parseOrdersConfig, redactUrl } from './config/orders.config.js';
+
+/**
+ * A worker process: the orders service without HTTP, consuming the `order-events` queue (and
+ * relaying the outbox). Run as many as you like next to the API processes, which can then be
+ * started with `QUEUE_WORKER=false`. Needs `REDIS_URL`: without Redis there is no queue, and the
+ * API process handles events in-process.
+ */
+async function bootstrap(): Promise<void> {
+  let config;
+  try {
+    config = parseOrdersConfig(process.env);
+  } catch (error) {
+    if (error instanceof OrdersConfigError) {
+      console.error(error.message);
+      process.exit(1);
+    }
+    throw error;
+  }
+  if (config.fastStore.kind !== 'redis') {
+    console.error('The worker consumes the order-events queue on Redis: set REDIS_URL. (Without Redis, the API process handles events itself.)');
+    process.exit(1);
+  }
+  const app = await NestFactory.createApplicationContext(AppModule.forRoot({ ...config, queue: { ...config.queue, worker: true } }), {
+    logger: logLevelsFrom(config.logLevel),
+    abortOnError: false,
+  });
+  // SIGTERM / SIGINT: the worker finishes its active jobs, closes its connections, exits 0.
+  app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
+  await app.init();
+  new Logger('OrdersWorker').log(`Orders worker ready (queue "order-events" on ${redactUrl(config.fastStore.url)})`);
+}
+
+bootstrap().catch((error: unknown) => {
+  new Logger('OrdersWorker').fatal(`Could not start: ${error instanceof Error ? error.message : String(error)}`);
+  process.exit(1);
+});
