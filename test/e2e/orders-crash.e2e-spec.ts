@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { buildOrdersAppOnce, startOrdersProcess, type OrdersProcess } from '../utils/app-process.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../utils/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 import { newTenant, orderBody } from './support/orders-fixtures.js';
 
@@ -60,15 +60,7 @@ describe('sample service killed (SIGKILL) inside its transaction', () => {
       (res) => `answered ${res.status}`,
       () => 'connection lost',
     );
-    const deadline = Date.now() + 10_000;
-    let waiting = 0;
-    while (waiting === 0 && Date.now() < deadline) {
-      await new Promise((r) => setTimeout(r, 50));
-      const rows = await locker.query(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%payments%' AND pid <> pg_backend_pid()",
-      );
-      waiting = Number(rows.rows[0].n);
-    }
+    const waiting = await waitForLockWaiters(locker, 'payments', 10_000);
     expect(waiting).toBe(1);
 
     const exited = new Promise((resolve) => first.child.once('exit', resolve));

@@ -8,7 +8,7 @@ import {
   type OrdersWorkerProcess,
 } from '../utils/app-process.js';
 import { sleep } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../utils/postgres.js';
 import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 import { newTenant, orderBody } from './support/orders-fixtures.js';
 
@@ -75,15 +75,7 @@ describe('order.created redelivered after its worker is killed (SIGKILL) mid-pro
     const orderId = ((await created.json()) as { id: string }).id;
 
     // The first worker's notification insert waits on the lock, inside its transaction.
-    const deadline = Date.now() + 15_000;
-    let waiting = 0;
-    while (waiting === 0 && Date.now() < deadline) {
-      await sleep(50);
-      const rows = await locker.query(
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE '%order_notifications%' AND pid <> pg_backend_pid()",
-      );
-      waiting = Number(rows.rows[0].n);
-    }
+    const waiting = await waitForLockWaiters(locker, 'order_notifications', 15_000);
     expect(waiting).toBe(1);
 
     const exited = new Promise((resolve) => first.child.once('exit', resolve));

@@ -95,3 +95,22 @@ export async function dropDatabase(name: string, url: string = TEST_DATABASE_URL
     await client.end();
   }
 }
+
+/**
+ * Waits until `table` has a statement of another session waiting on a lock (what a test holds to
+ * stop a process mid-transaction), polling `client` every 50 ms for up to `timeoutMs`; returns
+ * how many such statements there are (0 when none showed up in time).
+ */
+export async function waitForLockWaiters(client: pg.Client, table: string, timeoutMs = 10_000): Promise<number> {
+  const deadline = Date.now() + timeoutMs;
+  let waiting = 0;
+  while (waiting === 0 && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    const rows = await client.query(
+      "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE $1 AND pid <> pg_backend_pid()",
+      [`%${table}%`],
+    );
+    waiting = Number(rows.rows[0].n);
+  }
+  return waiting;
+}
