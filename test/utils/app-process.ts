@@ -92,16 +92,7 @@ export async function startOrdersProcess(options: StartOptions = {}): Promise<Or
     url: `http://127.0.0.1:${port}`,
     child,
     output: () => output,
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        return child.exitCode;
-      }
-      child.kill('SIGTERM');
-      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      const code = await exited;
-      clearTimeout(killer);
-      return code;
-    },
+    stop: () => stopProcess(child, exited),
   };
 }
 
@@ -138,16 +129,7 @@ export async function startOrdersWorkerProcess(options: StartOptions = {}): Prom
   return {
     child,
     output: () => output,
-    stop: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) {
-        return child.exitCode;
-      }
-      child.kill('SIGTERM');
-      const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-      const code = await exited;
-      clearTimeout(killer);
-      return code;
-    },
+    stop: () => stopProcess(child, exited),
   };
 }
 
@@ -181,4 +163,14 @@ function spawnOrders(env: Record<string, string>, cwd?: string, script: string =
     env: { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '', NO_COLOR: '1', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+}
+
+/** SIGTERM, then waits for `exited` (SIGKILL after 10 s); resolves with the exit code. */
+async function stopProcess(child: ChildProcess, exited: Promise<number | null>): Promise<number | null> {
+  if (child.exitCode !== null || child.signalCode !== null) return child.exitCode;
+  child.kill('SIGTERM');
+  const killer = setTimeout(() => child.kill('SIGKILL'), 10_000);
+  const code = await exited;
+  clearTimeout(killer);
+  return code;
 }
