@@ -20,6 +20,7 @@ export class OrderItem {
   unitPriceCents!: number;
 
   @ManyToOne('Order', (order: Order) => order.items, { onDelete: 'CASCADE' })
-  @JoinColumn({ name: 'order_id' })
+  // Named as in the migration, so the schema diff stays empty.
+  @JoinColumn({ name: 'order_id', foreignKeyConstraintName: 'FK_order_items_order' })
   order?: Order;
 }
