@@ -93,4 +93,26 @@ describe('IdempotencyModule registration', () => {
     class NoDurableStore {}
     await expect(NestFactory.create(NoDurableStore, { logger: false, abortOnError: false })).rejects.toThrow(/durableStore/);
   });
+
+  it('a route whose options cannot keep the contract stops the startup, naming the route', async () => {
+    @Controller()
+    class ShortTtlController {
+      @Post('short')
+      @Idempotent({ ttlMs: 1000 })
+      short() {
+        return {};
+      }
+    }
+    @Module({ imports: [IdempotencyModule.forRoot({ leaseMs: 30_000 })], controllers: [PingController, ShortTtlController] })
+    class BadRoute {}
+    const app = await NestFactory.create(BadRoute, { logger: false, abortOnError: false });
+    try {
+      // init() runs before listen(): the application never serves a request.
+      const started = app.init();
+      await expect(started).rejects.toThrow(IdempotencyConfigurationError);
+      await expect(started).rejects.toThrow(/ShortTtlController\.short: .*ttlMs/);
+    } finally {
+      await app.close();
+    }
+  });
 });

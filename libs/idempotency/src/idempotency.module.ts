@@ -1,4 +1,5 @@
 import { Module } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './engine/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
@@ -6,6 +7,7 @@ import { IdempotencyModuleBase } from './idempotency.module-definition.js';
 import { durableStoreProvider, settingsProvider, storeProvider } from './idempotency.providers.js';
 import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
+import { IdempotentRoutesValidator } from './interceptors/idempotent-routes.validator.js';
 import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
 import { IdempotencyStore } from './stores/idempotency-store.js';
 
@@ -18,7 +20,17 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
  * @publicApi
  */
 @Module({
-  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
+  imports: [DiscoveryModule],
+  providers: [
+    settingsProvider,
+    storeProvider,
+    durableStoreProvider,
+    IdempotencyService,
+    IdempotencyReaper,
+    IdempotencyInterceptor,
+    IdempotencyProblemFilter,
+    IdempotentRoutesValidator,
+  ],
   exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}
