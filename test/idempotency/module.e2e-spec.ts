@@ -84,6 +84,45 @@ describe('IdempotencyModule registration', () => {
     }
   });
 
+  it('anonymousScope: a caller without a tenant gets a bucket of its own, never the record of a tenant of the same name', async () => {
+    @Controller()
+    class TenantPingController {
+      private runs = 0;
+      @Post('ping')
+      @Idempotent()
+      ping() {
+        return { runs: ++this.runs };
+      }
+    }
+    @Module({
+      imports: [
+        IdempotencyModule.forRoot({
+          scope: ['tenant', 'operation'],
+          tenant: (req) => req.headers['x-tenant-id'] as string | undefined,
+          anonymousScope: (req) => req.headers['x-device-id'] as string | undefined,
+        }),
+      ],
+      controllers: [TenantPingController],
+    })
+    class AnonymousApp {}
+    const { app, url } = await serve(AnonymousApp);
+    try {
+      const key = randomUUID();
+      const asTenant = await send(url, '/ping', { key, headers: { 'x-tenant-id': 'anonymous:d1' } });
+      const asDevice = await send(url, '/ping', { key, headers: { 'x-device-id': 'd1' } });
+      const asDeviceAgain = await send(url, '/ping', { key, headers: { 'x-device-id': 'd1' } });
+      expect(asTenant.status).toBe(201);
+      expect(asDevice.status).toBe(201);
+      expect(asDevice.headers.get('idempotent-replayed')).toBeNull();
+      expect(asDevice.json()).not.toEqual(asTenant.json());
+      expect(asDeviceAgain.headers.get('idempotent-replayed')).toBe('true');
+      expect(asDeviceAgain.json()).toEqual(asDevice.json());
+      expect((await send(url, '/ping', { key })).status).toBe(500); // neither: never a global namespace
+    } finally {
+      await app.close();
+    }
+  });
+
   it('a configuration that cannot keep the contract fails at startup with a clear error', async () => {
     @Module({ imports: [IdempotencyModule.forRoot({ ttlMs: 1000, leaseMs: 30_000 })], controllers: [PingController] })
     class BadTtl {}

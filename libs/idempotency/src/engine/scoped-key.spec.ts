@@ -72,6 +72,23 @@ describe('buildScopedKey', () => {
     expect(new Set(shifted.map((s) => s.scopeKey)).size).toBe(4);
   });
 
+  it('B.3 rule 13: an anonymous bucket never names the record of a tenant or principal with the same value', () => {
+    const scope = ['tenant', 'principal', 'operation'] as const;
+    const base = { operation: 'POST /orders', key: 'k-1' };
+    const ids = [
+      buildScopedKey({ ...base, tenant: 'x', principal: 'u' }, scope).id,
+      buildScopedKey({ ...base, tenant: 'x', principal: 'u', anonymous: ['tenant'] }, scope).id,
+      buildScopedKey({ ...base, tenant: 'anonymous:x', principal: 'u' }, scope).id,
+      buildScopedKey({ ...base, tenant: 'x', principal: 'u', anonymous: ['principal'] }, scope).id,
+      buildScopedKey({ ...base, tenant: 'x', principal: 'u', anonymous: ['tenant', 'principal'] }, scope).id,
+    ];
+    expect(new Set(ids).size).toBe(ids.length);
+    // A dimension outside the scope is ignored, anonymous or not.
+    expect(buildScopedKey({ ...base, tenant: 'x', anonymous: ['principal'] }, ['tenant']).id).toBe(
+      buildScopedKey({ ...base, tenant: 'x' }, ['tenant']).id,
+    );
+  });
+
   it('B.3 rule 10: an empty scope is keyed by the key alone (an explicit, global choice)', () => {
     expect(buildScopedKey(parts, []).scopeKey).toBe('["v1",["key","k-123"]]');
   });

@@ -23,6 +23,12 @@ export interface ScopeParts {
   principal?: string;
   /** The validated client key (or an event / message id for non-HTTP callers). */
   key: string;
+  /**
+   * Dimensions whose value is an anonymous bucket (from `anonymousScope`) rather than a resolved
+   * tenant or principal. They are encoded under a name of their own, so a bucket can never name
+   * the same record as a real tenant or principal of the same value.
+   */
+  anonymous?: readonly ('tenant' | 'principal')[];
 }
 
 /**
@@ -106,7 +112,8 @@ export function buildScopedKey(parts: ScopeParts, scope: readonly ScopeDimension
         dimension,
       );
     }
-    encoded.push([dimension, value]);
+    const anonymous = dimension !== 'operation' && parts.anonymous?.includes(dimension);
+    encoded.push([anonymous ? `anonymous-${dimension}` : dimension, value]);
   }
   encoded.push(['key', parts.key]);
   const scopeKey = JSON.stringify(encoded);

@@ -146,13 +146,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
   protected async getScope(request: HttpRequest, policy: ResolvedPolicy, key: string): Promise<ResolvedScope> {
     const operation = policy.operation ?? `${request.method.toUpperCase()} ${routeTemplateOf(request)}`;
     const inScope = new Set(policy.scope);
+    const anonymous: ('tenant' | 'principal')[] = [];
     const resolve = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
       const resolver = this.settings[dimension];
       const value = resolver ? await resolver(request) : undefined;
       if (value !== undefined && value !== '') return value;
       if (!inScope.has(dimension)) return undefined;
       const bucket = this.settings.anonymousScope ? await this.settings.anonymousScope(request) : undefined;
-      if (bucket !== undefined && bucket !== '') return `anonymous:${bucket}`;
+      if (bucket !== undefined && bucket !== '') {
+        anonymous.push(dimension);
+        return bucket;
+      }
       this.logger.error(
         `cannot resolve the ${dimension} of ${operation}: configure IdempotencyModule's \`${dimension}\` resolver or \`anonymousScope\`, or leave '${dimension}' out of the route's scope`,
       );
@@ -164,7 +168,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
     if (!inScope.has('operation')) fingerprintExtras.operation = operation;
     return {
-      scoped: buildScopedKey({ operation, tenant, principal, key }, policy.scope),
+      scoped: buildScopedKey({ operation, tenant, principal, key, anonymous }, policy.scope),
       operation,
       fingerprintExtras,
     };
