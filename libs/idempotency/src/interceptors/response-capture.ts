@@ -105,11 +105,17 @@ export class ResponseCapture {
     const send = (replacement: ReplacementResponse | void) => {
       this.restoreAll();
       if (replacement && !this.overflowed && !this.raw.headersSent) {
+        // The representation is replaced; CORS and other cross-cutting headers stay, whether they
+        // were set on the response (Express) or handed to writeHead (Fastify).
+        const passed = Object.entries(this.headersPassedToWriteHead()).filter(([name]) => !REPRESENTATION_HEADER.test(name));
         this.chunks = [];
         this.headArgs = undefined;
-        // The representation is replaced; CORS and other cross-cutting headers stay.
         for (const name of this.raw.getHeaderNames()) if (REPRESENTATION_HEADER.test(name)) this.raw.removeHeader(name);
-        this.raw.writeHead(replacement.statusCode, { ...replacement.headers, 'content-length': replacement.body.length });
+        this.raw.writeHead(replacement.statusCode, {
+          ...Object.fromEntries(passed),
+          ...replacement.headers,
+          'content-length': replacement.body.length,
+        });
         this.originalEnd.call(this.raw, replacement.body, callback);
         return;
       }
@@ -123,20 +129,19 @@ export class ResponseCapture {
   }
 
   private snapshot(): CapturedResponse {
-    const headers: OutgoingHttpHeaders = { ...this.raw.getHeaders() };
-    let statusCode = this.raw.statusCode;
-    if (this.headArgs) {
-      const [code, second, third] = this.headArgs as unknown as [number, unknown, unknown];
-      statusCode = code;
-      const extra = typeof second === 'string' ? third : second;
-      Object.assign(headers, normaliseHeaders(extra));
-    }
     return {
-      statusCode,
-      headers,
+      statusCode: this.headArgs ? this.headArgs[0] : this.raw.statusCode,
+      headers: { ...this.raw.getHeaders(), ...this.headersPassedToWriteHead() },
       body: this.overflowed ? undefined : Buffer.concat(this.chunks),
       bodyOmitted: this.overflowed,
     };
+  }
+
+  /** `writeHead(status, [reason,] headers)`: the headers of a held call, lower-cased. */
+  private headersPassedToWriteHead(): OutgoingHttpHeaders {
+    if (!this.headArgs) return {};
+    const [, second, third] = this.headArgs as unknown as [number, unknown, unknown];
+    return normaliseHeaders(typeof second === 'string' ? third : second);
   }
 
   private flushHead(): void {
