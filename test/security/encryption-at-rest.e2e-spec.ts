@@ -1,50 +1,15 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Redis } from 'ioredis';
-import type { DataSource } from 'typeorm';
-import {
-  IdempotencyCipher,
-  IdempotencyService,
-  MemoryIdempotencyStore,
-  buildScopedKey,
-  type IdempotencyEncryptionOptions,
-  type IdempotencyStore,
-  type StoredResponse,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyCipher, IdempotencyService, buildScopedKey, type IdempotencyEncryptionOptions } from '@app/idempotency';
 import { securityRecordId, startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
 import { send, type HttpResult } from '../utils/http.js';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
-import { deleteKeys, openRedis, redisUrl } from '../utils/redis.js';
-import { holding, postgresStoredBytes, recordBytes, redisStoredBytes, type StoredBytes } from './support/stored-bytes.js';
+import { openBackend, type Backend } from './support/backends.js';
+import { holding } from './support/stored-bytes.js';
 
 const k1 = { id: 'k1', key: randomBytes(32) };
 const k2 = { id: 'k2', key: randomBytes(32) };
 const ringK1: IdempotencyEncryptionOptions = { keys: [k1], activeKeyId: 'k1' };
 const rotated: IdempotencyEncryptionOptions = { keys: [k1, k2], activeKeyId: 'k2' };
 const onlyK2: IdempotencyEncryptionOptions = { keys: [k2], activeKeyId: 'k2' };
-
-/** One backend under test: where records live, how to read their raw bytes and how to damage one. */
-interface Backend {
-  route: string;
-  operation: string;
-  /** The fast store for a (re)started app; the records it sees survive restarts, except the memory fast tier in front of PostgreSQL. */
-  store(): IdempotencyStore;
-  durableStore?: TypeOrmIdempotencyStore;
-  /** Everything stored for the records with these ids, as raw bytes. */
-  stored(ids: string[]): Promise<StoredBytes[]>;
-  /** The stored (sealed) response of one record. */
-  storedResponse(id: string): Promise<StoredResponse | undefined>;
-  /** Flips one byte of the stored ciphertext in place, or undefined when the backend cannot be written raw. */
-  tamper?(id: string): Promise<void>;
-}
-
-function flipLastByte(bytes: Buffer): Buffer {
-  const copy = Buffer.from(bytes);
-  copy[copy.length - 1] ^= 0x01;
-  return copy;
-}
 
 function expectUnreadable(res: HttpResult): void {
   expect(res.status).toBe(500);
@@ -53,56 +18,9 @@ function expectUnreadable(res: HttpResult): void {
   expect(res.headers.get('idempotent-replayed')).toBeNull();
 }
 
-function memoryBackend(): Backend {
-  const store = new MemoryIdempotencyStore();
-  return {
-    route: '/secrets',
-    operation: 'secrets.create',
-    store: () => store,
-    stored: async (ids) => Promise.all(ids.map(async (id) => recordBytes(id, await store.get(id)))),
-    storedResponse: async (id) => (await store.get(id))?.response,
-  };
-}
-
-function redisBackend(client: Redis, prefix: string): Backend {
-  const store = () => new RedisIdempotencyStore(redisUrl(), { prefix });
-  const inspector = new RedisIdempotencyStore(client, { prefix });
-  return {
-    route: '/secrets',
-    operation: 'secrets.create',
-    store,
-    stored: () => redisStoredBytes(client, prefix),
-    storedResponse: async (id) => (await inspector.get(id))?.response,
-    tamper: async (id) => {
-      const key = `${prefix}:{${id}}`;
-      await client.set(key, flipLastByte((await client.getBuffer(key))!), 'KEEPTTL');
-    },
-  };
-}
-
-function postgresBackend(dataSource: DataSource): Backend {
-  const durableStore = new TypeOrmIdempotencyStore(dataSource);
-  return {
-    route: '/secrets/durable',
-    operation: 'secrets.durable',
-    // A fresh fast tier on each start: a restarted app reads the durable row.
-    store: () => new MemoryIdempotencyStore(),
-    durableStore,
-    stored: () => postgresStoredBytes(dataSource),
-    storedResponse: async (id) => (await durableStore.get(id))?.response,
-    tamper: async (id) => {
-      const [row] = await dataSource.query('SELECT response_body FROM idempotency_records WHERE key = $1', [id]);
-      await dataSource.query('UPDATE idempotency_records SET response_body = $2 WHERE key = $1', [id, flipLastByte(row.response_body)]);
-    },
-  };
-}
-
 describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on the %s backend', (name) => {
   let backend: Backend;
-  let redis: Redis | undefined;
-  let dataSource: DataSource | undefined;
-  let schema: string | undefined;
-  const prefix = `idem-sec-enc-${randomUUID().slice(0, 8)}`;
+  let close: (() => Promise<void>) | undefined;
   const apps: SecurityApp[] = [];
 
   const start = async (encryption?: IdempotencyEncryptionOptions): Promise<SecurityApp> => {
@@ -129,25 +47,13 @@ describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on t
   };
 
   beforeAll(async () => {
-    if (name === 'memory') backend = memoryBackend();
-    if (name === 'redis') backend = redisBackend((redis = await openRedis()), prefix);
-    if (name === 'postgres') {
-      await (await connectPostgresOrFail()).end();
-      schema = await createThrowawaySchema('sec_enc');
-      dataSource = await openIdempotencyDataSource(schema);
-      backend = postgresBackend(dataSource);
-    }
+    ({ backend, close } = await openBackend(name, 'sec-enc'));
   });
   afterEach(async () => {
     for (const app of apps.splice(0)) await app.app.close();
   });
   afterAll(async () => {
-    if (redis) {
-      await deleteKeys(redis, `${prefix}:`);
-      await redis.quit();
-    }
-    await dataSource?.destroy();
-    if (schema) await dropSchema(schema);
+    await close?.();
   });
 
   it('stores neither the body nor the headers in clear, and replays the original bytes', async () => {
