@@ -18,7 +18,7 @@ export interface Backend {
   /** The fast store for a (re)started app; the records it sees survive restarts, except the memory fast tier in front of PostgreSQL. */
   store(): IdempotencyStore;
   durableStore?: TypeOrmIdempotencyStore;
-  /** Everything stored for the records with these ids, as raw bytes. */
+  /** Everything stored, as raw bytes: every record on Redis and PostgreSQL, the live records among `ids` in memory. */
   stored(ids: string[]): Promise<StoredBytes[]>;
   /** The stored (sealed) response of one record. */
   storedResponse(id: string): Promise<StoredResponse | undefined>;
@@ -38,7 +38,10 @@ function memoryBackend(): Backend {
     route: '/secrets',
     operation: 'secrets.create',
     store: () => store,
-    stored: async (ids) => Promise.all(ids.map(async (id) => recordBytes(id, await store.get(id)))),
+    stored: async (ids) => {
+      const found = await Promise.all(ids.map(async (id) => [id, await store.get(id)] as const));
+      return found.flatMap(([id, record]) => (record ? [recordBytes(id, record)] : []));
+    },
     storedResponse: async (id) => (await store.get(id))?.response,
   };
 }

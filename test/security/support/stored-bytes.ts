@@ -32,8 +32,8 @@ export async function postgresStoredBytes(dataSource: DataSource): Promise<Store
 }
 
 /** A fast-tier record as the bytes of everything it holds (for the memory store, read through `get`). */
-export function recordBytes(name: string, record: IdempotencyRecord | undefined): StoredBytes {
-  const { response, ...fields } = record ?? ({} as Partial<IdempotencyRecord>);
+export function recordBytes(name: string, record: IdempotencyRecord): StoredBytes {
+  const { response, ...fields } = record;
   return {
     name,
     bytes: Buffer.concat([
