@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { MemoryIdempotencyStore } from '@app/idempotency';
-import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
 import { DurableSwitchStore } from '../fixtures/durable-switch.store.js';
 import { send, sleep, type SendOptions } from '../utils/http.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../utils/postgres.js';
+import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 
 /**
  * `transactional: true` on a fixture route whose business write is one row in `effects`,
@@ -25,15 +26,7 @@ describe.each<Platform>(['express', 'fastify'])('transactional routes on Postgre
   beforeAll(async () => {
     await (await connectPostgresOrFail()).end();
     schema = await createThrowawaySchema('tx_http');
-    dataSource = await new DataSource({
-      type: 'postgres',
-      url: TEST_DATABASE_URL,
-      schema,
-      extra: { options: `-c search_path=${schema}` },
-      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
-      migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
-    }).initialize();
-    await dataSource.runMigrations();
+    dataSource = await openIdempotencyDataSource(schema);
     await dataSource.query('CREATE TABLE effects (ref text NOT NULL, seq integer NOT NULL)');
     durable = new DurableSwitchStore(new TypeOrmIdempotencyStore(dataSource));
     fixture = await startContractApp(platform, new MemoryIdempotencyStore(), { durableStore: durable });

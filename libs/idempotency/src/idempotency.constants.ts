@@ -14,6 +14,8 @@ export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_HEARTBEAT_MS = 10_000;
 /** 1 MiB (CONTRACT B.8 rule 23). @publicApi */
 export const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1_048_576;
+/** 1 MiB: largest request body fingerprinted by default; above it a 413 problem. @publicApi */
+export const DEFAULT_MAX_FINGERPRINTED_BODY_BYTES = 1_048_576;
 
 /** Metadata key of `@Idempotent()` route options. @publicApi */
 export const IDEMPOTENT_ROUTE_METADATA = 'idempotency:route';

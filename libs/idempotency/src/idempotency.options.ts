@@ -1,6 +1,7 @@
 import {
   DEFAULT_HEARTBEAT_MS,
   DEFAULT_LEASE_MS,
+  DEFAULT_MAX_FINGERPRINTED_BODY_BYTES,
   DEFAULT_MAX_STORED_RESPONSE_BYTES,
   DEFAULT_PROBLEM_TYPE_BASE_URI,
   DEFAULT_TTL_MS,
@@ -16,6 +17,7 @@ import type {
   ScopeResolver,
 } from './interfaces/idempotency-module-options.interface.js';
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
+import { IdempotencyCipher } from './security/idempotency-cipher.js';
 
 type Required2<T> = { [K in keyof T]-?: Exclude<T[K], undefined> };
 
@@ -41,6 +43,8 @@ export interface ResolvedModuleSettings {
   problemLanguage: string;
   /** The module-wide policy options, which routes override. */
   policyOptions: IdempotencyPolicyOptions;
+  /** Seals stored responses, when `encryption` is configured. */
+  cipher?: IdempotencyCipher;
 }
 
 const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = {
@@ -62,6 +66,7 @@ const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = 
   replayHeader: { name: IDEMPOTENT_REPLAYED_HEADER, onFresh: false, format: 'boolean' },
   echoKey: true,
   maxStoredResponseBytes: DEFAULT_MAX_STORED_RESPONSE_BYTES,
+  maxFingerprintedBodyBytes: DEFAULT_MAX_FINGERPRINTED_BODY_BYTES,
   onStoreError: 'fail-closed',
   durable: false,
   transactional: false,
@@ -85,6 +90,7 @@ export function resolveModuleSettings(options: IdempotencyModuleOptions): Resolv
     docsUrl: options.docsUrl,
     problemLanguage: options.problemLanguage ?? 'en',
     policyOptions: options,
+    cipher: options.encryption ? new IdempotencyCipher(options.encryption) : undefined,
   };
 }
 
@@ -134,6 +140,7 @@ export function resolvePolicy(
     } as ResolvedPolicy['replayHeader'],
     echoKey: pick('echoKey'),
     maxStoredResponseBytes: pick('maxStoredResponseBytes'),
+    maxFingerprintedBodyBytes: pick('maxFingerprintedBodyBytes'),
     onStoreError: pick('onStoreError'),
     transactional: pick('transactional'),
     durable: pick('durable') || pick('transactional'),
@@ -185,5 +192,6 @@ function validatePolicy(p: ResolvedPolicy): void {
   if (!['takeover', 'fail'].includes(p.staleLock)) fail(`staleLock must be 'takeover' or 'fail', got ${p.staleLock}.`);
   if (!['fail-closed', 'fail-open'].includes(p.onStoreError)) fail(`onStoreError must be 'fail-closed' or 'fail-open', got ${p.onStoreError}.`);
   if (!Number.isInteger(p.maxStoredResponseBytes) || p.maxStoredResponseBytes < 0) fail('maxStoredResponseBytes must be an integer ≥ 0.');
+  if (!Number.isInteger(p.maxFingerprintedBodyBytes) || p.maxFingerprintedBodyBytes < 0) fail('maxFingerprintedBodyBytes must be an integer ≥ 0.');
   if (typeof p.replayHeader.name !== 'string' || !/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/.test(p.replayHeader.name)) fail(`replayHeader.name is not a valid header name: ${p.replayHeader.name}`);
 }

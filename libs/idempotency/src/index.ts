@@ -37,5 +37,7 @@ export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
 export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
+export { IdempotencyRecordUnreadableError } from './errors/idempotency-record-unreadable.error.js';
+export { IdempotencyCipher, type IdempotencyEncryptionKey, type IdempotencyEncryptionOptions } from './security/idempotency-cipher.js';
 export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';

@@ -6,11 +6,13 @@ import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { buildProblem } from '../errors/idempotency.exceptions.js';
 import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
+import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
 import { PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import { isSealedBody } from '../security/idempotency-cipher.js';
 import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import { IdempotencyStore, type ClaimRequest } from '../stores/idempotency-store.js';
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
@@ -308,7 +310,7 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
       return this.releaseClaim(claim);
     }
-    const stored = this.storable(claim.policy, response);
+    const stored = this.storable(claim.scoped.id, claim.policy, response);
     if (claim.policy.durable) {
       const completed = await this.durable().complete(claim.scoped.id, claim.ownerToken, stored);
       if (!completed) {
@@ -398,7 +400,7 @@ export class IdempotencyService implements OnApplicationShutdown {
           releaseAfterCommit = true;
           return;
         }
-        const stored = this.storable(policy, response);
+        const stored = this.storable(scoped.id, policy, response);
         if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
           throw new IdempotencyClaimLostError(scoped.id);
         }
@@ -444,7 +446,7 @@ export class IdempotencyService implements OnApplicationShutdown {
   ): Promise<BeginResult> {
     // A mismatch beats in-progress: waiting would not help the client (CONTRACT B.5 step 5.3).
     if (record.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
-    if (record.state === 'completed') return this.replayOf(record);
+    if (record.state === 'completed') return this.replayOf(request.scoped.id, record);
     if (record.leaseExpiresAtMs > nowMs || afterTakeover) {
       return { kind: 'in-progress', retryAfterSeconds: this.retryAfter(request.policy, record, nowMs) };
     }
@@ -453,9 +455,9 @@ export class IdempotencyService implements OnApplicationShutdown {
       : this.recoverDeadLease(request, record, claimRequest);
   }
 
-  private replayOf(record: IdempotencyRecord): BeginResult {
-    const response = record.response;
-    if (!response) throw new IdempotencyStoreError('A completed record has no response: inspect or delete it.');
+  private replayOf(id: string, record: IdempotencyRecord): BeginResult {
+    if (!record.response) throw new IdempotencyStoreError('A completed record has no response: inspect or delete it.');
+    const response = this.open(id, record.response);
     return response.bodyOmitted ? { kind: 'replay-unavailable', response } : { kind: 'replay', response };
   }
 
@@ -478,7 +480,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
-    const completed = await this.store.complete(scoped.id, taken.record.ownerToken, response).catch(async (error: unknown) => {
+    const completed = await this.store.complete(scoped.id, taken.record.ownerToken, this.seal(scoped.id, response)).catch(async (error: unknown) => {
       await this.store.release(scoped.id, taken.record.ownerToken).catch(() => undefined);
       throw error;
     });
@@ -536,7 +538,7 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (row.fingerprint === request.fingerprint && row.state === 'completed' && row.response) {
       // Repair: the fast claim we hold becomes the completed record, so the next retry is cheap.
       await this.store.complete(id, fastOwnerToken, row.response).catch(() => undefined);
-      return this.replayOf(row);
+      return this.replayOf(id, row);
     }
     await this.store.release(id, fastOwnerToken).catch(() => undefined);
     if (row.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
@@ -566,7 +568,8 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
-    const completed = await durable.complete(scoped.id, claimRequest.ownerToken, response).catch(async (error: unknown) => {
+    const sealed = this.seal(scoped.id, response);
+    const completed = await durable.complete(scoped.id, claimRequest.ownerToken, sealed).catch(async (error: unknown) => {
       await durable.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
       throw error; // the caller (confirmDurable) frees the fast claim
     });
@@ -574,7 +577,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
       return { kind: 'in-progress', retryAfterSeconds: 1 };
     }
-    await this.store.complete(scoped.id, claimRequest.ownerToken, response).catch(() => undefined);
+    await this.store.complete(scoped.id, claimRequest.ownerToken, sealed).catch(() => undefined);
     this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
@@ -629,10 +632,31 @@ export class IdempotencyService implements OnApplicationShutdown {
     return released ? 'released' : 'lost';
   }
 
-  private storable(policy: ResolvedPolicy, response: StoredResponse): StoredResponse {
-    return response.body && response.body.length > policy.maxStoredResponseBytes
-      ? { statusCode: response.statusCode, headers: response.headers, bodyOmitted: true }
-      : response;
+  /** What a store keeps of `response`: without an oversized body (B.8 rule 23), sealed when encryption is on. */
+  private storable(id: string, policy: ResolvedPolicy, response: StoredResponse): StoredResponse {
+    const kept =
+      response.body && response.body.length > policy.maxStoredResponseBytes
+        ? { statusCode: response.statusCode, headers: response.headers, bodyOmitted: true }
+        : response;
+    return this.seal(id, kept);
+  }
+
+  private seal(id: string, response: StoredResponse): StoredResponse {
+    return this.settings.cipher ? this.settings.cipher.seal(id, response) : response;
+  }
+
+  /** The stored response in clear, or IdempotencyRecordUnreadableError: never replay what does not open. */
+  private open(id: string, stored: StoredResponse): StoredResponse {
+    try {
+      if (this.settings.cipher) return this.settings.cipher.open(id, stored);
+      if (isSealedBody(stored.body)) {
+        throw new IdempotencyRecordUnreadableError('the stored response is encrypted, but no `encryption` is configured', 'no-cipher');
+      }
+      return stored;
+    } catch (error) {
+      if (error instanceof IdempotencyRecordUnreadableError) this.logger.error(`unreadable record key=${id}: ${error.message}; failing closed`);
+      throw error;
+    }
   }
 
   private durable(): DurableIdempotencyStore {

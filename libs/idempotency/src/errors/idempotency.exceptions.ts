@@ -15,7 +15,11 @@ export interface ProblemDetails {
   [extension: string]: unknown;
 }
 
-/** The problem kinds of CONTRACT B.11, plus `idempotency-scope-unresolved` (rule 13). */
+/**
+ * The problem kinds of CONTRACT B.11, plus `idempotency-scope-unresolved` (rule 13),
+ * `idempotency-request-too-large` (413: the body to fingerprint exceeds `maxFingerprintedBodyBytes`)
+ * and `idempotency-record-unreadable` (500: a stored response that does not decrypt; fails closed).
+ */
 export type IdempotencyProblemKind =
   | 'idempotency-key-missing'
   | 'idempotency-key-invalid'
@@ -24,7 +28,9 @@ export type IdempotencyProblemKind =
   | 'idempotency-store-unavailable'
   | 'idempotency-replay-unavailable'
   | 'idempotency-outcome-unknown'
-  | 'idempotency-scope-unresolved';
+  | 'idempotency-scope-unresolved'
+  | 'idempotency-request-too-large'
+  | 'idempotency-record-unreadable';
 
 const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; detail: string }> = {
   'idempotency-key-missing': {
@@ -66,6 +72,16 @@ const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; 
     status: 500,
     title: 'Idempotency scope cannot be resolved',
     detail: 'The server could not determine whom this Idempotency-Key belongs to. This is a server configuration error.',
+  },
+  'idempotency-request-too-large': {
+    status: 413,
+    title: 'Request too large for an Idempotency-Key',
+    detail: 'The request body is larger than this operation accepts with an Idempotency-Key. It was not processed; send a smaller request.',
+  },
+  'idempotency-record-unreadable': {
+    status: 500,
+    title: 'Idempotency record cannot be read',
+    detail: 'A request with this Idempotency-Key was already processed, but its stored result cannot be read. It is neither replayed nor processed again. This is a server error.',
   },
 };
 

@@ -31,6 +31,7 @@ import {
 } from '../errors/idempotency.exceptions.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
 import { IDEMPOTENCY_KEY_HEADER, PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
@@ -97,6 +98,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw this.problem('idempotency-key-invalid', { extensions: { reason: parsed.reason } });
     }
     const echo = policy.echoKey ? this.receivedKey(request) : undefined;
+    if (bodyBytesOf(request) > policy.maxFingerprintedBodyBytes) {
+      throw this.problem('idempotency-request-too-large', { echo, extensions: { maxBytes: policy.maxFingerprintedBodyBytes } });
+    }
     const scope = await this.getScope(request, policy, parsed.key);
     const fingerprint = await this.getFingerprint(request, policy, scope);
 
@@ -104,6 +108,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       begun = await this.engine.begin({ scoped: scope.scoped, fingerprint, policy });
     } catch (error) {
+      if (error instanceof IdempotencyRecordUnreadableError) throw this.problem('idempotency-record-unreadable', { echo });
       if (!(error instanceof IdempotencyStoreError)) throw error;
       if (policy.onStoreError === 'fail-open') {
         this.logger.warn(`store unavailable, running unprotected (fail-open) key=${scope.scoped.id}: ${error.message}`);
@@ -440,6 +445,13 @@ function routeTemplateOf(request: HttpRequest): string {
   const url = request.originalUrl ?? request.url ?? '';
   const queryAt = url.indexOf('?');
   return queryAt < 0 ? url : url.slice(0, queryAt);
+}
+
+/** Size of the body to fingerprint: the raw bytes when kept, else what `Content-Length` announced. */
+function bodyBytesOf(request: HttpRequest): number {
+  if (Buffer.isBuffer(request.rawBody)) return request.rawBody.length;
+  const declared = Number(firstHeader(request.headers['content-length']));
+  return Number.isFinite(declared) ? declared : 0;
 }
 
 function firstHeader(value: string | string[] | undefined): string | undefined {

@@ -1,6 +1,7 @@
 import type { KeySyntax } from '../engine/idempotency-key.parser.js';
 import type { JsonFingerprintMode } from '../engine/fingerprint.js';
 import type { ScopeDimension } from '../engine/scoped-key.js';
+import type { IdempotencyEncryptionOptions } from '../security/idempotency-cipher.js';
 import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyStore } from '../stores/idempotency-store.js';
 
@@ -115,6 +116,12 @@ export interface IdempotencyPolicyOptions {
   echoKey?: boolean;
   /** Largest response body stored for replay, in bytes; above it the record keeps no body (B.8 rule 23). @default 1_048_576 */
   maxStoredResponseBytes?: number;
+  /**
+   * Largest request body a protected request may carry, in bytes: it is canonicalized and hashed
+   * for the fingerprint, so its size is bounded. Above it: `413 idempotency-request-too-large`,
+   * the handler does not run and nothing is stored. @default 1_048_576
+   */
+  maxFingerprintedBodyBytes?: number;
   /** `fail-closed`: 503 and the handler does not run when the store fails; `fail-open`: run unprotected (B.10 rule 32). @default 'fail-closed' */
   onStoreError?: 'fail-closed' | 'fail-open';
   /**
@@ -178,4 +185,13 @@ export interface IdempotencyModuleOptions extends IdempotencyPolicyOptions {
   docsUrl?: string;
   /** `Content-Language` of problem responses. @default 'en' */
   problemLanguage?: string;
+  /**
+   * Encrypt stored responses (status in clear; headers, body and `run()` values sealed) with
+   * AES-256-GCM under a key ring. New records use `activeKeyId`; older ones open with the key
+   * their envelope names. A record that does not open fails closed: `500
+   * idempotency-record-unreadable`, and the handler is not run again. @default undefined (stored in clear)
+   * @example
+   * encryption: { keys: [{ id: '2026-11', key: Buffer.from(process.env.IDEM_KEY_2026_11!, 'base64') }], activeKeyId: '2026-11' }
+   */
+  encryption?: IdempotencyEncryptionOptions;
 }
