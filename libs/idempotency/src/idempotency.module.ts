@@ -6,6 +6,7 @@ import { IdempotencyModuleBase } from './idempotency.module-definition.js';
 import { durableStoreProvider, settingsProvider, storeProvider } from './idempotency.providers.js';
 import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
+import { IdempotencyTelemetry } from './telemetry/idempotency-telemetry.js';
 import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
 import { IdempotencyStore } from './stores/idempotency-store.js';
 
@@ -18,7 +19,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
  * @publicApi
  */
 @Module({
-  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
-  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
+  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter, IdempotencyTelemetry],
+  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter, IdempotencyTelemetry],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

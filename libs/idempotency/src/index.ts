@@ -39,3 +39,4 @@ export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idem
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
+export * from './telemetry/index.js';

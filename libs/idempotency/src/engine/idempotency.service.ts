@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown, Optional } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, Optional } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
@@ -13,6 +13,7 @@ import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import { IdempotencyStore, type ClaimRequest } from '../stores/idempotency-store.js';
+import { IdempotencyTelemetry, type TelemetryLabels } from '../telemetry/idempotency-telemetry.js';
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { newOwnerToken } from './owner-token.js';
 import { IdempotencyContextRef } from './idempotency-context.js';
@@ -24,6 +25,8 @@ export interface BeginRequest {
   scoped: ScopedKey;
   fingerprint: string;
   policy: ResolvedPolicy;
+  /** Operation and tenant, for metrics, spans and logs only; never part of the identity. */
+  labels?: TelemetryLabels;
 }
 
 /**
@@ -186,20 +189,31 @@ const ROLLBACK = Symbol('rollback');
  */
 @Injectable()
 export class IdempotencyService implements OnApplicationShutdown {
-  private readonly logger = new Logger('Idempotency');
   private readonly liveClaims = new Set<IdempotencyClaim>();
+  /** Metrics, spans and structured logs (a no-op until the application registers an OpenTelemetry SDK). */
+  readonly telemetry: IdempotencyTelemetry;
 
   constructor(
     readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
     @Optional() @Inject(DurableIdempotencyStore) readonly durableStore?: DurableIdempotencyStore | null,
-  ) {}
+    @Optional() telemetry?: IdempotencyTelemetry,
+  ) {
+    // Store calls are measured here, at the engine boundary, so every store is measured alike.
+    this.telemetry = telemetry ?? new IdempotencyTelemetry();
+    this.store = this.telemetry.instrumentStore(store, 'fast');
+    this.durableStore = durableStore && this.telemetry.instrumentStore(durableStore, 'durable');
+  }
 
   /**
    * Claims the key or tells why the handler must not run. Store failures reject with
    * `IdempotencyStoreError`; the caller applies `onStoreError`.
    */
-  async begin(request: BeginRequest): Promise<BeginResult> {
+  begin(request: BeginRequest): Promise<BeginResult> {
+    return this.telemetry.observeBegin(request, () => this.decide(request));
+  }
+
+  private async decide(request: BeginRequest): Promise<BeginResult> {
     const { policy } = request;
     if (policy.durable && !this.durableStore) {
       throw new IdempotencyConfigurationError(
@@ -252,7 +266,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       scope,
     );
     const fingerprint = createHash('sha256').update(request.fingerprint ?? '').digest('base64url');
-    const begun = await this.begin({ scoped, fingerprint, policy });
+    const begun = await this.begin({ scoped, fingerprint, policy, labels: { operation: request.operation, tenant: request.tenant } });
     switch (begun.kind) {
       case 'claimed':
         return this.runClaimed(begun.claim, fn);
@@ -286,7 +300,8 @@ export class IdempotencyService implements OnApplicationShutdown {
    * Never rejects: a store failure after the handler ran is logged, and the response stands
    * unless the transaction could not commit (`replaced`).
    */
-  async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+  async execute(claim: IdempotencyClaim, observed: Execution): Promise<ExecutionResult> {
+    const execution = this.telemetry.observeExecution(claim, observed);
     if (!claim.policy.transactional) {
       let settled: HandlerOutcome | undefined;
       const outcome = execution.run(undefined).then((value) => (settled = value));
@@ -308,7 +323,10 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
       return this.releaseClaim(claim);
     }
-    const stored = this.storable(claim.policy, response);
+    return this.telemetry.observeFinish('complete', claim, () => this.completeClaim(claim, this.storable(claim.policy, response)));
+  }
+
+  private async completeClaim(claim: IdempotencyClaim, stored: StoredResponse): Promise<FinishResult> {
     if (claim.policy.durable) {
       const completed = await this.durable().complete(claim.scoped.id, claim.ownerToken, stored);
       if (!completed) {
@@ -320,6 +338,7 @@ export class IdempotencyService implements OnApplicationShutdown {
     }
     const completed = await this.store.complete(claim.scoped.id, claim.ownerToken, stored);
     if (!completed) this.logLost(claim, 'complete');
+    else this.telemetry.recordStored(claim, stored);
     return completed ? 'stored' : 'lost';
   }
 
@@ -375,9 +394,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       else await this.abandon(claim);
     } catch (error) {
       this.drop(claim);
-      this.logger.error(
-        `could not record the outcome key=${claim.scoped.id}: ${(error as Error).message}; the lease lapses and a retry recovers`,
-      );
+      this.telemetry.storeError(claim.scoped, { phase: 'finish', outcome: 'lease_lapses_then_recovery', error });
     }
   }
 
@@ -420,13 +437,13 @@ export class IdempotencyService implements OnApplicationShutdown {
       }
       if (!outcome) {
         // The transaction never started: nothing ran, so the key is freed for the retry.
-        this.logger.error(`transaction could not start key=${scoped.id}: ${(error as Error).message}`);
+        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
         await this.releaseClaim(claim).catch(() => undefined);
         return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
       }
       // The commit may or may not have happened: keep the claim; after its lease, recovery reads
       // the durable row and replays what committed or runs again what did not.
-      this.logger.error(`transaction failed key=${scoped.id}: ${(error as Error).message}; the claim is kept until its lease lapses`);
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'claim_kept_until_lease_lapses', error });
       return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds };
     }
     this.drop(claim);
@@ -474,7 +491,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.judge(request, taken.record, taken.nowMs, claimRequest, true);
     }
     if (policy.staleLock === 'takeover') {
-      this.logger.warn(`takeover of a dead lease key=${scoped.id} fencing=${taken.record.fencingToken}`);
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
@@ -483,7 +499,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       throw error;
     });
     if (!completed) return { kind: 'in-progress', retryAfterSeconds: 1 };
-    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
 
@@ -560,9 +575,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.answerFromDurable(request, taken.record, taken.nowMs, claimRequest.ownerToken);
     }
     if (policy.transactional || policy.staleLock === 'takeover') {
-      this.logger.warn(
-        `takeover of a dead lease key=${scoped.id} fencing=${taken.record.fencingToken} transactional=${policy.transactional}`,
-      );
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
@@ -575,7 +587,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return { kind: 'in-progress', retryAfterSeconds: 1 };
     }
     await this.store.complete(scoped.id, claimRequest.ownerToken, response).catch(() => undefined);
-    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
 
@@ -603,11 +614,12 @@ export class IdempotencyService implements OnApplicationShutdown {
   /** After the durable row completed: the fast tier follows, and its failure changes nothing. */
   private async mirrorCompletion(claim: IdempotencyClaim, stored: StoredResponse): Promise<void> {
     const { scoped, ownerToken, record } = claim;
+    this.telemetry.recordStored(claim, stored);
     try {
       if (await this.store.complete(scoped.id, ownerToken, stored)) return;
       await this.store.restore(scoped.id, { ...record, state: 'completed', ownerToken, response: stored });
     } catch (error) {
-      this.logger.warn(`fast tier not updated after completion key=${scoped.id}: ${(error as Error).message}; the durable record answers retries`);
+      this.telemetry.storeError(scoped, { phase: 'mirror_completion', outcome: 'durable_record_answers', error });
     }
   }
 
@@ -616,7 +628,11 @@ export class IdempotencyService implements OnApplicationShutdown {
     this.liveClaims.delete(claim);
   }
 
-  private async releaseClaim(claim: IdempotencyClaim): Promise<FinishResult> {
+  private releaseClaim(claim: IdempotencyClaim): Promise<FinishResult> {
+    return this.telemetry.observeFinish('release', claim, () => this.freeKey(claim));
+  }
+
+  private async freeKey(claim: IdempotencyClaim): Promise<FinishResult> {
     const { scoped, ownerToken, policy } = claim;
     if (policy.durable) {
       const released = await this.durable().release(scoped.id, ownerToken);
@@ -663,8 +679,6 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   private logLost(claim: IdempotencyClaim, phase: string): void {
-    this.logger.warn(
-      `lost claim key=${claim.scoped.id} fencing=${claim.fencingToken} phase=${phase}: another claim owns the record; this result is not stored`,
-    );
+    this.telemetry.lostLease(claim, phase);
   }
 }
