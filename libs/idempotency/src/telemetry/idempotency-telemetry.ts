@@ -97,7 +97,7 @@ export class IdempotencyTelemetry {
         if (verdict.kind === 'claimed') span.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
         return verdict;
       } catch (error) {
-        if (error instanceof IdempotencyStoreError) this.storeError(scoped, { phase: 'claim', outcome: 'not_run', error });
+        if (error instanceof IdempotencyStoreError) this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
         throw error;
       }
     });
@@ -203,13 +203,13 @@ export class IdempotencyTelemetry {
   }
 
   private countVerdict(scoped: ScopedKey, tier: StoreTier, result: BeginResult): void {
-    const { operation, tenant } = this.labelsOf(scoped);
+    const { operation } = this.labelsOf(scoped);
     const instruments = this.instruments();
     switch (result.kind) {
       case 'claimed': {
         const { claim } = result;
         instruments.claims.add(1, { operation, tier, outcome: claim.tookOver ? 'takeover' : 'fresh' });
-        if (claim.tookOver) this.takeover(scoped, tier, 'taken_over', { tenant, fencing: claim.fencingToken, transactional: claim.policy.transactional });
+        if (claim.tookOver) this.takeover(scoped, tier, 'taken_over', { fencing: claim.fencingToken, transactional: claim.policy.transactional });
         return;
       }
       case 'replay':
@@ -228,16 +228,16 @@ export class IdempotencyTelemetry {
         instruments.conflicts.add(1, { operation, kind: 'in_progress' });
         return;
       case 'outcome-unknown':
-        this.takeover(scoped, tier, 'outcome_unknown', { tenant });
+        this.takeover(scoped, tier, 'outcome_unknown', {});
         return;
     }
   }
 
   private takeover(scoped: ScopedKey, tier: StoreTier, outcome: 'taken_over' | 'outcome_unknown', fields: Record<string, LogFieldValue>): void {
-    const { operation } = this.labelsOf(scoped);
+    const { operation, tenant } = this.labelsOf(scoped);
     this.instruments().takeovers.add(1, { operation, tier, outcome });
     const message = outcome === 'taken_over' ? 'takeover of a dead lease' : 'dead lease stored as outcome-unknown';
-    this.logger.warn(formatLogLine(message, { event: 'takeover', keyHash: scoped.id, operation, outcome, tier, ...fields }));
+    this.logger.warn(formatLogLine(message, { event: 'takeover', keyHash: scoped.id, tenant, operation, outcome, tier, ...fields }));
   }
 
   private async observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
