@@ -1,9 +1,7 @@
 import { Logger } from '@nestjs/common';
-import { context, metrics, trace, type Attributes, type Tracer } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { metrics, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
-import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { IDEMPOTENCY_METRICS as M, IDEMPOTENCY_SPANS } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
@@ -11,6 +9,7 @@ import { startContractApp, type ContractApp } from '../fixtures/contract.app.js'
 import { RecordingLogger } from '../e2e/support/recording-logger.js';
 import { send, type SendOptions } from '../utils/http.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';
 
 /** A reader the test collects from on demand (no export interval). */
 class OnDemandMetricReader extends MetricReader {
@@ -37,21 +36,6 @@ function pointsOf(resourceMetrics: ResourceMetrics): Point[] {
   );
 }
 
-/**
- * What a server with HTTP instrumentation does: each request is handled inside its own active
- * span, ended when the response has gone.
- */
-function traceEveryRequest(server: Server, tracer: Tracer): void {
-  const handlers = server.listeners('request') as Array<(req: IncomingMessage, res: ServerResponse) => void>;
-  server.removeAllListeners('request');
-  server.on('request', (req: IncomingMessage, res: ServerResponse) =>
-    tracer.startActiveSpan(`HTTP ${req.method} ${req.url}`, (span) => {
-      res.once('close', () => span.end());
-      for (const handler of handlers) handler.call(server, req, res);
-    }),
-  );
-}
-
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const headers = { 'X-Tenant-ID': 'tenant-otel', 'X-User-ID': 'u1' };
 
@@ -59,8 +43,7 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
   // A recognisable raw key: it must never show up in a log line, a metric or a span.
   const marker = `RAWKEY${randomUUID().replace(/-/g, '')}`;
   const keyOf = (step: string) => `${marker}-${step}`;
-  const spans = new InMemorySpanExporter();
-  const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(spans)] });
+  let tracing: TestTracing;
   const reader = new OnDemandMetricReader();
   const meterProvider = new MeterProvider({ readers: [reader] });
   const logs = new RecordingLogger();
@@ -105,14 +88,13 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
   }
 
   beforeAll(async () => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    trace.setGlobalTracerProvider(tracerProvider);
+    tracing = startTracing();
     redis = await startRedisServer();
     // The app (and its meter lookups) exists before the SDK is registered, as in an app that
     // registers its MeterProvider late: the instruments must still reach it.
     fixture = await startContractApp('express', new RedisIdempotencyStore(redis.url, { prefix: 'idem-otel' }));
     expect(metrics.setGlobalMeterProvider(meterProvider)).toBe(true);
-    traceEveryRequest(fixture.app.getHttpServer() as Server, trace.getTracer('test-http'));
+    traceEveryRequest(fixture.app.getHttpServer() as Server);
     Logger.overrideLogger(logs);
   });
 
@@ -120,10 +102,8 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
     await fixture?.app.close();
     await stopRedis();
     await meterProvider.shutdown();
-    await tracerProvider.shutdown();
     metrics.disable();
-    trace.disable();
-    context.disable();
+    await tracing?.stop();
     Logger.overrideLogger(false);
   });
 
@@ -200,9 +180,8 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
   });
 
   it('makes each phase a child of the request span; store calls nest in their phase', async () => {
-    const finished = spans.getFinishedSpans();
-    const byId = new Map(finished.map((span) => [span.spanContext().spanId, span]));
-    const parentOf = (span: ReadableSpan) => byId.get(span.parentSpanContext?.spanId ?? '');
+    const finished = tracing.spans.getFinishedSpans();
+    const { parentOf } = tracing;
     const named = (name: string) => finished.filter((span) => span.name === name);
 
     const claims = named(IDEMPOTENCY_SPANS.claim);
@@ -217,15 +196,15 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
 
     // One request, whole: claim, handler and complete under its span, the store calls in them.
     const [request] = finished.filter((span) => span.name === 'HTTP POST /status/500');
-    const children = finished.filter((span) => span.parentSpanContext?.spanId === request.spanContext().spanId).map((s) => s.name);
-    expect(children.sort()).toEqual([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.release].sort());
+    const children = tracing.childrenOf(request);
+    expect(children).toEqual([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.release].sort());
     const storeCalls = finished.filter((span) => span.name.startsWith('idempotency.fast.') && parentOf(span) && parentOf(parentOf(span)!) === request);
     expect(storeCalls.map((span) => `${parentOf(span)!.name} > ${span.name}`).sort()).toEqual([
       `${IDEMPOTENCY_SPANS.claim} > idempotency.fast.claim`,
       `${IDEMPOTENCY_SPANS.release} > idempotency.fast.release`,
     ]);
-    const claim = children.length && finished.find((s) => s.name === IDEMPOTENCY_SPANS.claim && parentOf(s) === request)!;
-    expect(claim && claim.attributes).toMatchObject({
+    const claim = finished.find((span) => span.name === IDEMPOTENCY_SPANS.claim && parentOf(span) === request);
+    expect(claim?.attributes).toMatchObject({
       'idempotency.operation': 'POST /status/:status',
       'idempotency.tenant': 'tenant-otel',
       'idempotency.outcome': 'claimed',
@@ -242,7 +221,7 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
     expect(logged).not.toContain(marker);
     const { resourceMetrics } = await reader.collect();
     expect(JSON.stringify(pointsOf(resourceMetrics))).not.toContain(marker);
-    const traced = spans.getFinishedSpans().map((span) => JSON.stringify({ name: span.name, attributes: span.attributes, events: span.events, status: span.status }));
+    const traced = tracing.spans.getFinishedSpans().map((span) => JSON.stringify({ name: span.name, attributes: span.attributes, events: span.events, status: span.status }));
     expect(traced.length).toBeGreaterThan(0);
     expect(traced.join('\n')).not.toContain(marker);
   });
