@@ -57,8 +57,8 @@ describe('logs never hold a raw Idempotency-Key', () => {
     fixture = undefined;
 
     const errors = logger.at('error').join('\n');
-    expect(errors).toContain('unreadable record key=');
-    expect(errors).toContain('store unavailable');
+    expect(errors).toContain('event=record_unreadable');
+    expect(errors).toContain('event=store_error');
     expect(errors).toContain('cannot resolve the tenant');
     expect(logger.entries.length).toBeGreaterThan(5);
     expect(logger.entries.filter((entry) => entry.text.includes('LOGKEY-'))).toEqual([]);

@@ -7,6 +7,7 @@ import { OrdersConfigModule } from './config/orders-config.module.js';
 import type { OrdersConfig } from './config/orders.config.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
+import { MetricsModule } from './metrics/metrics.module.js';
 import { OrdersIdempotencyModule } from './idempotency/orders-idempotency.module.js';
 import { OrdersModule } from './orders/orders.module.js';
 import { PaymentsModule } from './payments/payments.module.js';
@@ -29,6 +30,7 @@ export class AppModule {
         RedisModule.forRoot(config.fastStore),
         OrdersIdempotencyModule,
         HealthModule,
+        MetricsModule,
         PaymentsModule,
         OrdersModule,
         WebhooksModule,

@@ -8,6 +8,7 @@ import { durableStoreProvider, settingsProvider, storeProvider } from './idempot
 import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
 import { IdempotentRoutesValidator } from './interceptors/idempotent-routes.validator.js';
+import { IdempotencyTelemetry } from './telemetry/idempotency-telemetry.js';
 import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
 import { IdempotencyStore } from './stores/idempotency-store.js';
 
@@ -29,8 +30,18 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyReaper,
     IdempotencyInterceptor,
     IdempotencyProblemFilter,
+    IdempotencyTelemetry,
     IdempotentRoutesValidator,
   ],
-  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
+  exports: [
+    IDEMPOTENCY_SETTINGS,
+    IdempotencyStore,
+    DurableIdempotencyStore,
+    IdempotencyService,
+    IdempotencyReaper,
+    IdempotencyInterceptor,
+    IdempotencyProblemFilter,
+    IdempotencyTelemetry,
+  ],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

@@ -41,3 +41,4 @@ export { IdempotencyRecordUnreadableError } from './errors/idempotency-record-un
 export { IdempotencyCipher, type IdempotencyEncryptionKey, type IdempotencyEncryptionOptions } from './security/idempotency-cipher.js';
 export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
+export * from './telemetry/index.js';

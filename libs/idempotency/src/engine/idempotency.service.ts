@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, OnApplicationShutdown, Optional } from '@nestjs/common';
+import { Inject, Injectable, OnApplicationShutdown, Optional } from '@nestjs/common';
 import { createHash } from 'node:crypto';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
@@ -15,6 +15,7 @@ import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotenc
 import { isSealedBody } from '../security/idempotency-cipher.js';
 import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import { IdempotencyStore, type ClaimRequest } from '../stores/idempotency-store.js';
+import { IdempotencyTelemetry, type TelemetryLabels } from '../telemetry/idempotency-telemetry.js';
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { newOwnerToken } from './owner-token.js';
 import { IdempotencyContextRef } from './idempotency-context.js';
@@ -26,6 +27,8 @@ export interface BeginRequest {
   scoped: ScopedKey;
   fingerprint: string;
   policy: ResolvedPolicy;
+  /** Operation and tenant, for metrics, spans and logs only; never part of the identity. */
+  labels?: TelemetryLabels;
 }
 
 /**
@@ -188,20 +191,31 @@ const ROLLBACK = Symbol('rollback');
  */
 @Injectable()
 export class IdempotencyService implements OnApplicationShutdown {
-  private readonly logger = new Logger('Idempotency');
   private readonly liveClaims = new Set<IdempotencyClaim>();
+  /** Metrics, spans and structured logs (a no-op until the application registers an OpenTelemetry SDK). */
+  readonly telemetry: IdempotencyTelemetry;
 
   constructor(
     readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
     @Optional() @Inject(DurableIdempotencyStore) readonly durableStore?: DurableIdempotencyStore | null,
-  ) {}
+    @Optional() telemetry?: IdempotencyTelemetry,
+  ) {
+    // Store calls are measured here, at the engine boundary, so every store is measured alike.
+    this.telemetry = telemetry ?? new IdempotencyTelemetry();
+    this.store = this.telemetry.instrumentStore(store, 'fast');
+    this.durableStore = durableStore && this.telemetry.instrumentStore(durableStore, 'durable');
+  }
 
   /**
    * Claims the key or tells why the handler must not run. Store failures reject with
    * `IdempotencyStoreError`; the caller applies `onStoreError`.
    */
-  async begin(request: BeginRequest): Promise<BeginResult> {
+  begin(request: BeginRequest): Promise<BeginResult> {
+    return this.telemetry.observeBegin(request, () => this.decide(request));
+  }
+
+  private async decide(request: BeginRequest): Promise<BeginResult> {
     const { policy } = request;
     if (policy.durable && !this.durableStore) {
       throw new IdempotencyConfigurationError(
@@ -254,7 +268,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       scope,
     );
     const fingerprint = createHash('sha256').update(request.fingerprint ?? '').digest('base64url');
-    const begun = await this.begin({ scoped, fingerprint, policy });
+    const begun = await this.begin({ scoped, fingerprint, policy, labels: { operation: request.operation, tenant: request.tenant } });
     switch (begun.kind) {
       case 'claimed':
         return this.runClaimed(begun.claim, fn);
@@ -288,7 +302,8 @@ export class IdempotencyService implements OnApplicationShutdown {
    * Never rejects: a store failure after the handler ran is logged, and the response stands
    * unless the transaction could not commit (`replaced`).
    */
-  async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+  async execute(claim: IdempotencyClaim, observed: Execution): Promise<ExecutionResult> {
+    const execution = this.telemetry.observeExecution(claim, observed);
     if (!claim.policy.transactional) {
       let settled: HandlerOutcome | undefined;
       const outcome = execution.run(undefined).then((value) => (settled = value));
@@ -310,7 +325,10 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
       return this.releaseClaim(claim);
     }
-    const stored = this.storable(claim.scoped.id, claim.policy, response);
+    return this.telemetry.observeFinish('complete', claim, () => this.completeClaim(claim, this.storable(claim.scoped.id, claim.policy, response)));
+  }
+
+  private async completeClaim(claim: IdempotencyClaim, stored: StoredResponse): Promise<FinishResult> {
     if (claim.policy.durable) {
       const completed = await this.durable().complete(claim.scoped.id, claim.ownerToken, stored);
       if (!completed) {
@@ -322,6 +340,7 @@ export class IdempotencyService implements OnApplicationShutdown {
     }
     const completed = await this.store.complete(claim.scoped.id, claim.ownerToken, stored);
     if (!completed) this.logLost(claim, 'complete');
+    else this.telemetry.recordStored(claim, stored);
     return completed ? 'stored' : 'lost';
   }
 
@@ -377,9 +396,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       else await this.abandon(claim);
     } catch (error) {
       this.drop(claim);
-      this.logger.error(
-        `could not record the outcome key=${claim.scoped.id}: ${(error as Error).message}; the lease lapses and a retry recovers`,
-      );
+      this.telemetry.storeError(claim.scoped, { phase: 'finish', outcome: 'lease_lapses_then_recovery', error });
     }
   }
 
@@ -422,13 +439,13 @@ export class IdempotencyService implements OnApplicationShutdown {
       }
       if (!outcome) {
         // The transaction never started: nothing ran, so the key is freed for the retry.
-        this.logger.error(`transaction could not start key=${scoped.id}: ${(error as Error).message}`);
+        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
         await this.releaseClaim(claim).catch(() => undefined);
         return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
       }
       // The commit may or may not have happened: keep the claim; after its lease, recovery reads
       // the durable row and replays what committed or runs again what did not.
-      this.logger.error(`transaction failed key=${scoped.id}: ${(error as Error).message}; the claim is kept until its lease lapses`);
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'claim_kept_until_lease_lapses', error });
       return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds };
     }
     this.drop(claim);
@@ -476,7 +493,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.judge(request, taken.record, taken.nowMs, claimRequest, true);
     }
     if (policy.staleLock === 'takeover') {
-      this.logger.warn(`takeover of a dead lease key=${scoped.id} fencing=${taken.record.fencingToken}`);
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
@@ -485,7 +501,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       throw error;
     });
     if (!completed) return { kind: 'in-progress', retryAfterSeconds: 1 };
-    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
 
@@ -562,9 +577,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return this.answerFromDurable(request, taken.record, taken.nowMs, claimRequest.ownerToken);
     }
     if (policy.transactional || policy.staleLock === 'takeover') {
-      this.logger.warn(
-        `takeover of a dead lease key=${scoped.id} fencing=${taken.record.fencingToken} transactional=${policy.transactional}`,
-      );
       return this.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
@@ -578,7 +590,6 @@ export class IdempotencyService implements OnApplicationShutdown {
       return { kind: 'in-progress', retryAfterSeconds: 1 };
     }
     await this.store.complete(scoped.id, claimRequest.ownerToken, sealed).catch(() => undefined);
-    this.logger.warn(`dead lease stored as outcome-unknown key=${scoped.id}`);
     return { kind: 'outcome-unknown', response };
   }
 
@@ -606,11 +617,12 @@ export class IdempotencyService implements OnApplicationShutdown {
   /** After the durable row completed: the fast tier follows, and its failure changes nothing. */
   private async mirrorCompletion(claim: IdempotencyClaim, stored: StoredResponse): Promise<void> {
     const { scoped, ownerToken, record } = claim;
+    this.telemetry.recordStored(claim, stored);
     try {
       if (await this.store.complete(scoped.id, ownerToken, stored)) return;
       await this.store.restore(scoped.id, { ...record, state: 'completed', ownerToken, response: stored });
     } catch (error) {
-      this.logger.warn(`fast tier not updated after completion key=${scoped.id}: ${(error as Error).message}; the durable record answers retries`);
+      this.telemetry.storeError(scoped, { phase: 'mirror_completion', outcome: 'durable_record_answers', error });
     }
   }
 
@@ -619,7 +631,11 @@ export class IdempotencyService implements OnApplicationShutdown {
     this.liveClaims.delete(claim);
   }
 
-  private async releaseClaim(claim: IdempotencyClaim): Promise<FinishResult> {
+  private releaseClaim(claim: IdempotencyClaim): Promise<FinishResult> {
+    return this.telemetry.observeFinish('release', claim, () => this.freeKey(claim));
+  }
+
+  private async freeKey(claim: IdempotencyClaim): Promise<FinishResult> {
     const { scoped, ownerToken, policy } = claim;
     if (policy.durable) {
       const released = await this.durable().release(scoped.id, ownerToken);
@@ -654,7 +670,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       }
       return stored;
     } catch (error) {
-      if (error instanceof IdempotencyRecordUnreadableError) this.logger.error(`unreadable record key=${id}: ${error.message}; failing closed`);
+      if (error instanceof IdempotencyRecordUnreadableError) this.telemetry.unreadableRecord(id, error.message);
       throw error;
     }
   }
@@ -687,8 +703,6 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   private logLost(claim: IdempotencyClaim, phase: string): void {
-    this.logger.warn(
-      `lost claim key=${claim.scoped.id} fencing=${claim.fencingToken} phase=${phase}: another claim owns the record; this result is not stored`,
-    );
+    this.telemetry.lostLease(claim, phase);
   }
 }

@@ -60,6 +60,8 @@ type HttpResponse = { raw?: ServerResponse } & Partial<ServerResponse>;
 export interface ResolvedScope {
   scoped: ScopedKey;
   operation: string;
+  /** The resolved tenant, if any: for logs and spans. */
+  tenant?: string;
   /** Dimensions left out of the identity, compared through the fingerprint (CONTRACT B.3 rule 12). */
   fingerprintExtras: Record<string, string>;
 }
@@ -106,15 +108,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     let begun;
     try {
-      begun = await this.engine.begin({ scoped: scope.scoped, fingerprint, policy });
+      begun = await this.engine.begin({
+        scoped: scope.scoped,
+        fingerprint,
+        policy,
+        labels: { operation: scope.operation, tenant: scope.tenant },
+      });
     } catch (error) {
       if (error instanceof IdempotencyRecordUnreadableError) throw this.problem('idempotency-record-unreadable', { echo });
       if (!(error instanceof IdempotencyStoreError)) throw error;
+      // The engine has logged the store error; fail-open is one more event worth a line.
       if (policy.onStoreError === 'fail-open') {
-        this.logger.warn(`store unavailable, running unprotected (fail-open) key=${scope.scoped.id}: ${error.message}`);
+        this.engine.telemetry.failOpen(scope.scoped);
         return next.handle();
       }
-      this.logger.error(`store unavailable, request refused (fail-closed) key=${scope.scoped.id}: ${error.message}`);
       throw this.problem('idempotency-store-unavailable', { echo, retryAfterSeconds: 1 });
     }
 
@@ -175,6 +182,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return {
       scoped: buildScopedKey({ operation, tenant, principal, key, anonymous }, policy.scope),
       operation,
+      tenant,
       fingerprintExtras,
     };
   }

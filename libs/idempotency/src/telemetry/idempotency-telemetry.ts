@@ -1,0 +1,354 @@
+import { Injectable, Logger } from '@nestjs/common';
+import {
+  metrics,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type Span,
+} from '@opentelemetry/api';
+import type {
+  BeginRequest,
+  BeginResult,
+  Execution,
+  FinishResult,
+  HandlerOutcome,
+  IdempotencyClaim,
+} from '../engine/idempotency.service.js';
+import type { ScopedKey } from '../engine/scoped-key.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import {
+  DURATION_BUCKETS_SECONDS,
+  IDEMPOTENCY_INSTRUMENTATION_SCOPE,
+  IDEMPOTENCY_METRICS,
+  IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR,
+  IDEMPOTENCY_SPANS,
+  RECORD_SIZE_BUCKETS_BYTES,
+} from './idempotency-telemetry.constants.js';
+import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
+import { formatLogLine, type LogFieldValue } from './log-line.js';
+
+/**
+ * Who a key belongs to and what it protects, for metrics, spans and logs only (never part of the
+ * record's identity). The operation is a route template or a consumer name, so it is safe as a
+ * metric attribute; the tenant goes into spans and logs, never into metric attributes.
+ *
+ * @publicApi
+ */
+export interface TelemetryLabels {
+  operation: string;
+  tenant?: string;
+}
+
+interface Instruments {
+  claims: Counter;
+  replays: Counter;
+  conflicts: Counter;
+  takeovers: Counter;
+  lostLeases: Counter;
+  releases: Counter;
+  failOpen: Counter;
+  storeErrors: Counter;
+  storeDuration: Histogram;
+  handlerDuration: Histogram;
+  recordSize: Histogram;
+}
+
+const INSTRUMENTATION_VERSION = '0.1.0';
+const UNKNOWN_OPERATION = 'unknown';
+
+/**
+ * The library's metrics, spans and structured logs, through `@opentelemetry/api` only: a no-op
+ * until the application registers an OpenTelemetry SDK, and live as soon as it does (the meter
+ * is looked up again whenever the global provider changes, since the metrics API has no proxy).
+ * Spans are children of the active context, so they nest under the request's span when the app
+ * has HTTP instrumentation. Nothing recorded here carries a raw key: logs and spans get the
+ * scoped key's id (a hash), metrics only the operation, tier and outcome.
+ *
+ * @publicApi
+ */
+@Injectable()
+export class IdempotencyTelemetry {
+  private readonly logger = new Logger('Idempotency');
+  private readonly labels = new WeakMap<ScopedKey, TelemetryLabels>();
+  private readonly lostClaims = new WeakSet<IdempotencyClaim>();
+  private current?: { provider: MeterProvider; instruments: Instruments };
+
+  /** Wraps a store so that each call is timed, its failures counted, and traced as a child span. */
+  instrumentStore<S extends object>(store: S, tier: StoreTier): S {
+    return instrumentStore(store, tier, (observation, call) => this.observeStoreCall(observation, call));
+  }
+
+  /** The claim phase: a span around `begin`, and its verdict counted (claims, replays, conflicts, takeovers). */
+  async observeBegin(request: BeginRequest, begin: () => Promise<BeginResult>): Promise<BeginResult> {
+    const { scoped, policy } = request;
+    this.labels.set(scoped, {
+      operation: request.labels?.operation ?? policy.operation ?? UNKNOWN_OPERATION,
+      tenant: request.labels?.tenant,
+    });
+    const tier: StoreTier = policy.durable ? 'durable' : 'fast';
+    const result = await this.inSpan(IDEMPOTENCY_SPANS.claim, scoped, async (span) => {
+      try {
+        const verdict = await begin();
+        span.setAttribute(ATTR.outcome, verdict.kind);
+        if (verdict.kind === 'claimed') span.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
+        return verdict;
+      } catch (error) {
+        if (error instanceof IdempotencyStoreError) this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
+        throw error;
+      }
+    });
+    this.countVerdict(scoped, tier, result);
+    return result;
+  }
+
+  /** The handler phase: the adapter's `run` inside a span (the handler's own spans nest in it), timed. */
+  observeExecution(claim: IdempotencyClaim, execution: Execution): Execution {
+    return {
+      run: (manager) =>
+        this.inSpan(IDEMPOTENCY_SPANS.handler, claim.scoped, async (span) => {
+          const startedAt = performance.now();
+          const outcome: HandlerOutcome = await execution.run(manager);
+          const result = outcome.ok ? 'ok' : 'error';
+          span.setAttribute(ATTR.outcome, result);
+          this.instruments().handlerDuration.record((performance.now() - startedAt) / 1000, {
+            operation: this.labelsOf(claim.scoped).operation,
+            outcome: result,
+          });
+          return outcome;
+        }),
+      response: (outcome) => execution.response(outcome),
+      override: (outcome) => execution.override(outcome),
+    };
+  }
+
+  /** The complete or release phase of a claim, in a span; a release that freed the key is counted. */
+  observeFinish(phase: 'complete' | 'release', claim: IdempotencyClaim, finish: () => Promise<FinishResult>): Promise<FinishResult> {
+    return this.inSpan(IDEMPOTENCY_SPANS[phase], claim.scoped, async (span) => {
+      const result = await finish();
+      span.setAttribute(ATTR.outcome, result);
+      if (result === 'released') {
+        this.instruments().releases.add(1, { operation: this.labelsOf(claim.scoped).operation, tier: tierOf(claim) });
+      }
+      return result;
+    });
+  }
+
+  /** A record was stored (completed) by the authoritative tier: its body size is recorded. */
+  recordStored(claim: IdempotencyClaim, stored: StoredResponse): void {
+    this.instruments().recordSize.record(stored.body?.length ?? 0, {
+      operation: this.labelsOf(claim.scoped).operation,
+      tier: tierOf(claim),
+      outcome: stored.bodyOmitted ? 'body_omitted' : 'stored',
+    });
+  }
+
+  /** A claim was fenced out (`phase`: where it found out). Counted and logged once per claim. */
+  lostLease(claim: IdempotencyClaim, phase: string): void {
+    if (this.lostClaims.has(claim)) return;
+    this.lostClaims.add(claim);
+    const { operation, tenant } = this.labelsOf(claim.scoped);
+    this.instruments().lostLeases.add(1, { operation, phase });
+    this.logger.warn(
+      formatLogLine('lost claim: another claim owns the record; this result is not stored', {
+        event: 'lost_lease',
+        keyHash: claim.scoped.id,
+        tenant,
+        operation,
+        outcome: 'fenced_out',
+        phase,
+        fencing: claim.fencingToken,
+      }),
+    );
+  }
+
+  /**
+   * A store failure the engine or an adapter handled: one error line. `outcome` says what became
+   * of the request (`not_run`, `kept_until_lease_lapses`, `durable_answers`, ...). Counting is done
+   * by the instrumented store itself, per call.
+   */
+  storeError(scoped: ScopedKey, event: { phase: string; outcome: string; error: unknown }): void {
+    const { operation, tenant } = this.labelsOf(scoped);
+    const error = event.error as { message?: unknown; tier?: unknown };
+    this.logger.error(
+      formatLogLine('idempotency store error', {
+        event: 'store_error',
+        keyHash: scoped.id,
+        tenant,
+        operation,
+        outcome: event.outcome,
+        phase: event.phase,
+        tier: typeof error?.tier === 'string' ? error.tier : undefined,
+        error: typeof error?.message === 'string' ? error.message : String(event.error),
+      }),
+    );
+  }
+
+  /** The store failed and the route runs unprotected (`onStoreError: 'fail-open'`): counted and logged. */
+  failOpen(scoped: ScopedKey): void {
+    const { operation, tenant } = this.labelsOf(scoped);
+    this.instruments().failOpen.add(1, { operation });
+    this.logger.warn(
+      formatLogLine('store unavailable, running unprotected (fail-open)', {
+        event: 'fail_open',
+        keyHash: scoped.id,
+        tenant,
+        operation,
+        outcome: 'unprotected',
+      }),
+    );
+  }
+
+  /** A stored record could not be opened (encryption at rest): logged; the request fails closed. */
+  unreadableRecord(keyHash: string, reason: string): void {
+    this.logger.error(
+      formatLogLine('unreadable idempotency record; failing closed', {
+        event: 'record_unreadable',
+        keyHash,
+        outcome: 'failed_closed',
+        error: reason,
+      }),
+    );
+  }
+
+  private countVerdict(scoped: ScopedKey, tier: StoreTier, result: BeginResult): void {
+    const { operation } = this.labelsOf(scoped);
+    const instruments = this.instruments();
+    switch (result.kind) {
+      case 'claimed': {
+        const { claim } = result;
+        instruments.claims.add(1, { operation, tier, outcome: claim.tookOver ? 'takeover' : 'fresh' });
+        if (claim.tookOver) this.takeover(scoped, tier, 'taken_over', { fencing: claim.fencingToken, transactional: claim.policy.transactional });
+        return;
+      }
+      case 'replay':
+      case 'replay-unavailable':
+        instruments.replays.add(1, { operation, outcome: result.kind === 'replay' ? 'replayed' : 'unavailable' });
+        this.tracer()
+          .startSpan(IDEMPOTENCY_SPANS.replay, {
+            attributes: { ...this.spanAttributes(scoped), [ATTR.statusCode]: result.response.statusCode, [ATTR.outcome]: result.kind },
+          })
+          .end();
+        return;
+      case 'mismatch':
+        instruments.conflicts.add(1, { operation, kind: 'mismatch' });
+        return;
+      case 'in-progress':
+        instruments.conflicts.add(1, { operation, kind: 'in_progress' });
+        return;
+      case 'outcome-unknown':
+        this.takeover(scoped, tier, 'outcome_unknown', {});
+        return;
+    }
+  }
+
+  private takeover(scoped: ScopedKey, tier: StoreTier, outcome: 'taken_over' | 'outcome_unknown', fields: Record<string, LogFieldValue>): void {
+    const { operation, tenant } = this.labelsOf(scoped);
+    this.instruments().takeovers.add(1, { operation, tier, outcome });
+    const message = outcome === 'taken_over' ? 'takeover of a dead lease' : 'dead lease stored as outcome-unknown';
+    this.logger.warn(formatLogLine(message, { event: 'takeover', keyHash: scoped.id, tenant, operation, outcome, tier, ...fields }));
+  }
+
+  private async observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
+    const { tier, phase } = observation;
+    const startedAt = performance.now();
+    const measure = (outcome: 'ok' | 'error') => {
+      const instruments = this.instruments();
+      // A transaction's latency includes the handler: its spans tell that story, the histogram does not.
+      if (phase !== 'transaction') instruments.storeDuration.record((performance.now() - startedAt) / 1000, { tier, phase, outcome });
+      if (outcome === 'error') instruments.storeErrors.add(1, { tier, phase });
+    };
+    const run = async (span?: Span) => {
+      try {
+        const value = await call();
+        measure('ok');
+        return value;
+      } catch (error) {
+        measure(observation.isStoreFailure() ? 'error' : 'ok');
+        span?.setAttribute(ATTR.outcome, 'error');
+        throw error;
+      }
+    };
+    if (!observation.traced) return run();
+    return this.tracer().startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
+      finishSpan(span, run(span)),
+    );
+  }
+
+  private inSpan<T>(name: string, scoped: ScopedKey, work: (span: Span) => Promise<T>): Promise<T> {
+    return this.tracer().startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) => finishSpan(span, work(span)));
+  }
+
+  private spanAttributes(scoped: ScopedKey): Attributes {
+    const { operation, tenant } = this.labelsOf(scoped);
+    const attributes: Attributes = { [ATTR.keyHash]: scoped.id, [ATTR.operation]: operation };
+    if (tenant !== undefined) attributes[ATTR.tenant] = tenant;
+    return attributes;
+  }
+
+  private labelsOf(scoped: ScopedKey): TelemetryLabels {
+    return this.labels.get(scoped) ?? { operation: UNKNOWN_OPERATION };
+  }
+
+  private tracer() {
+    return trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
+  }
+
+  /** The instruments of the current global meter provider (re-created when the application registers one). */
+  private instruments(): Instruments {
+    const provider = metrics.getMeterProvider();
+    if (this.current?.provider !== provider) this.current = { provider, instruments: createInstruments(provider) };
+    return this.current.instruments;
+  }
+}
+
+function tierOf(claim: IdempotencyClaim): StoreTier {
+  return claim.policy.durable ? 'durable' : 'fast';
+}
+
+/** Ends the span when `work` settles, with an error status and the exception when it rejects. */
+async function finishSpan<T>(span: Span, work: Promise<T>): Promise<T> {
+  try {
+    return await work;
+  } catch (error) {
+    span.recordException(error instanceof Error ? error : String(error));
+    span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.name : undefined });
+    throw error;
+  } finally {
+    span.end();
+  }
+}
+
+function createInstruments(provider: MeterProvider): Instruments {
+  const meter = provider.getMeter(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
+  const counter = (name: string, description: string, unit: string) => meter.createCounter(name, { description, unit });
+  const names = IDEMPOTENCY_METRICS;
+  return {
+    claims: counter(names.claims, 'Claims that let the handler run (fresh or after a takeover)', '{claim}'),
+    replays: counter(names.replays, 'Requests answered from a stored record', '{request}'),
+    conflicts: counter(names.conflicts, 'Requests refused: key reused with another payload, or original still in progress', '{request}'),
+    takeovers: counter(names.takeovers, 'Dead leases recovered (taken over, or stored as outcome unknown)', '{lease}'),
+    lostLeases: counter(names.lostLeases, 'Claims fenced out by a newer claim; their result is not stored', '{lease}'),
+    releases: counter(names.releases, 'Claims ended by freeing the key (the outcome is not stored)', '{claim}'),
+    failOpen: counter(names.failOpen, 'Requests run without idempotency because the store failed (fail-open)', '{request}'),
+    storeErrors: counter(names.storeErrors, 'Store calls that failed', '{error}'),
+    storeDuration: meter.createHistogram(names.storeDuration, {
+      description: 'Store call latency',
+      unit: 's',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS_SECONDS },
+    }),
+    handlerDuration: meter.createHistogram(names.handlerDuration, {
+      description: 'Handler run time under a claim',
+      unit: 's',
+      advice: { explicitBucketBoundaries: DURATION_BUCKETS_SECONDS },
+    }),
+    recordSize: meter.createHistogram(names.recordSize, {
+      description: 'Body size of stored records',
+      unit: 'By',
+      advice: { explicitBucketBoundaries: RECORD_SIZE_BUCKETS_BYTES },
+    }),
+  };
+}

@@ -1,0 +1,69 @@
+import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
+import type { INestApplication } from '@nestjs/common';
+import { IDEMPOTENCY_SPANS } from '@app/idempotency';
+import request from 'supertest';
+import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
+import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';
+import { backends, type Backend } from './support/backends.js';
+import { newTenant, orderBody } from './support/orders-fixtures.js';
+
+describe.each(backends)('spans of POST /orders (durable, transactional) on %s', (_name, setUp) => {
+  let backend: Backend | undefined;
+  let app: INestApplication;
+  let http: ReturnType<typeof request>;
+  let tracing: TestTracing;
+
+  beforeAll(async () => {
+    tracing = startTracing();
+    backend = await setUp();
+    app = await createOrdersApp({ env: backend.env, logger: false });
+    traceEveryRequest(app.getHttpServer() as Server);
+    await app.listen(0, '127.0.0.1');
+    http = request(await app.getUrl());
+  });
+
+  afterAll(async () => {
+    await app?.close();
+    await backend?.tearDown();
+    await tracing?.stop();
+  });
+
+  it('traces the claim with the durable confirmation, the commit around the handler, then the replay', async () => {
+    const tenant = newTenant();
+    const key = randomUUID();
+    const body = orderBody();
+    const post = () =>
+      http.post('/orders').set('X-Tenant-ID', tenant).set('Idempotency-Key', key).set('Content-Type', 'application/json').send(body);
+    expect((await post()).status).toBe(201);
+    expect((await post()).headers['idempotent-replayed']).toBe('true');
+
+    const finished = tracing.spans.getFinishedSpans();
+    const [fresh, replay] = finished.filter((span) => span.name === 'HTTP POST /orders');
+    const only = (name: string, parent: typeof fresh) => {
+      const found = finished.filter((span) => span.name === name && tracing.parentOf(span) === parent);
+      expect(found).toHaveLength(1);
+      return found[0];
+    };
+
+    // fresh: claim (fast claim, then the durable row), the transaction (handler and durable
+    // completion inside it, so they commit together), then the fast tier follows
+    expect(tracing.childrenOf(fresh)).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
+    const claim = only(IDEMPOTENCY_SPANS.claim, fresh);
+    expect(tracing.childrenOf(claim)).toEqual(['idempotency.durable.claim', 'idempotency.fast.claim']);
+    expect(claim.attributes).toMatchObject({ 'idempotency.operation': 'orders.create', 'idempotency.tenant': tenant, 'idempotency.outcome': 'claimed' });
+    const commit = only('idempotency.durable.transaction', fresh);
+    expect(tracing.childrenOf(commit)).toEqual(['idempotency.durable.complete', IDEMPOTENCY_SPANS.handler]);
+    expect(only(IDEMPOTENCY_SPANS.handler, commit).attributes).toMatchObject({ 'idempotency.outcome': 'ok' });
+
+    // replay: answered by the fast tier alone
+    expect(tracing.childrenOf(replay)).toEqual([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.replay]);
+    expect(tracing.childrenOf(only(IDEMPOTENCY_SPANS.claim, replay))).toEqual(['idempotency.fast.claim']);
+    expect(only(IDEMPOTENCY_SPANS.replay, replay).attributes).toMatchObject({ 'idempotency.status_code': 201 });
+
+    // one trace per request, and the key's hash is the same in both
+    expect(claim.spanContext().traceId).toBe(fresh.spanContext().traceId);
+    expect(only(IDEMPOTENCY_SPANS.claim, replay).attributes['idempotency.key_hash']).toBe(claim.attributes['idempotency.key_hash']);
+    expect(JSON.stringify(finished.map((span) => span.attributes))).not.toContain(key);
+  });
+});
