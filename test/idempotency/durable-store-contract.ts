@@ -59,8 +59,8 @@ export const ROW_DAMAGES = {
 } as const;
 export type RowDamage = keyof typeof ROW_DAMAGES;
 
-/** Lifetimes short enough to watch expire. */
-const SHORT_MS = 40;
+/** Lifetimes short enough to watch expire, long enough for a claim and a write on a busy sql.js. */
+const SHORT_MS = 100;
 /** Long enough to outlive any test. */
 const LONG_MS = 60_000;
 /** Tolerance for timer granularity and a round trip to the database. */
