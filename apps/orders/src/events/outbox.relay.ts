@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
+import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { IsNull } from 'typeorm';
 import { Clock } from '../common/clock.js';
 import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
@@ -49,7 +50,8 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
       this.again = true;
       return;
     }
-    this.running = this.drain().finally(() => {
+    // Kicked from a request: the round is background work, not part of that request's trace.
+    this.running = context.with(ROOT_CONTEXT, () => this.drain()).finally(() => {
       this.running = undefined;
       if (this.again) {
         this.again = false;
