@@ -1,5 +1,6 @@
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 import { resolveModuleSettings, resolvePolicy } from './idempotency.options.js';
+import { IdempotencyCipher } from './security/idempotency-cipher.js';
 
 describe('resolvePolicy', () => {
   it('applies the CONTRACT B.12 defaults', () => {
@@ -22,6 +23,7 @@ describe('resolvePolicy', () => {
       replayHeader: { name: 'Idempotent-Replayed', onFresh: false, format: 'boolean' },
       echoKey: true,
       maxStoredResponseBytes: 1_048_576,
+      maxFingerprintedBodyBytes: 1_048_576,
       onStoreError: 'fail-closed',
     });
     expect(policy.fingerprint).toEqual({ json: 'lossless', headers: [] });
@@ -65,6 +67,7 @@ describe('resolvePolicy', () => {
     [{ leaseMs: 1500.5, heartbeatMs: 500 }, /leaseMs/],
     [{ inProgress: { maxWaitMs: -1 } }, /maxWaitMs/],
     [{ inProgress: { maxWaitMs: Number.NaN } }, /maxWaitMs/],
+    [{ maxFingerprintedBodyBytes: -1 }, /maxFingerprintedBodyBytes/],
   ])('rejects an invalid option %j', (options, message) => {
     expect(() => resolvePolicy(options)).toThrow(message);
   });
@@ -89,5 +92,20 @@ describe('resolveModuleSettings', () => {
 
   it('adds the trailing slash to problemTypeBaseUri', () => {
     expect(resolveModuleSettings({ problemTypeBaseUri: 'https://x.test/p' }).problemTypeBaseUri).toBe('https://x.test/p/');
+  });
+});
+
+describe('resolveModuleSettings: encryption', () => {
+  it('builds the cipher once from the key ring, and none without one', () => {
+    expect(resolveModuleSettings({}).cipher).toBeUndefined();
+    const settings = resolveModuleSettings({ encryption: { keys: [{ id: 'k1', key: Buffer.alloc(32, 7) }], activeKeyId: 'k1' } });
+    expect(settings.cipher).toBeInstanceOf(IdempotencyCipher);
+    expect(IdempotencyCipher.keyIdOf(settings.cipher!.seal('record', { statusCode: 200, headers: {} }))).toBe('k1');
+  });
+
+  it('fails at startup on a bad key ring', () => {
+    expect(() => resolveModuleSettings({ encryption: { keys: [{ id: 'k1', key: Buffer.alloc(31) }], activeKeyId: 'k1' } })).toThrow(
+      IdempotencyConfigurationError,
+    );
   });
 });

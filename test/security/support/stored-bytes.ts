@@ -22,7 +22,11 @@ export async function redisStoredBytes(client: Redis, prefix: string): Promise<S
 
 /** Every row of the durable table, each column as its stored bytes (bytea as is, the rest as text). */
 export async function postgresStoredBytes(dataSource: DataSource): Promise<StoredBytes[]> {
-  const rows: Array<Record<string, unknown>> = await dataSource.query('SELECT * FROM idempotency_records');
+  return rowsAsStoredBytes(await dataSource.query('SELECT * FROM idempotency_records'));
+}
+
+/** Rows of the durable table (`SELECT *`) as stored bytes, named by their key. */
+export function rowsAsStoredBytes(rows: Array<Record<string, unknown>>): StoredBytes[] {
   return rows.map((row) => ({
     name: String(row.key),
     bytes: Buffer.concat(

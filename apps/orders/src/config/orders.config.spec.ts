@@ -32,7 +32,25 @@ describe('parseOrdersConfig', () => {
       logLevel: 'log',
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
       idempotencyLeaseMs: 30_000,
+      idempotencyEncryption: undefined,
     });
+  });
+
+  it('reads IDEMPOTENCY_ENCRYPTION_KEYS (first key active) and refuses bad entries without quoting key material', () => {
+    const k1 = Buffer.alloc(32, 1);
+    const k2 = Buffer.alloc(32, 2);
+    const config = parseOrdersConfig({ IDEMPOTENCY_ENCRYPTION_KEYS: `2026-11:${k1.toString('base64')}, 2026-10:${k2.toString('base64')}` }, '/srv/app');
+    expect(config.idempotencyEncryption).toEqual({ keys: [{ id: '2026-11', key: k1 }, { id: '2026-10', key: k2 }], activeKeyId: '2026-11' });
+    const short = Buffer.alloc(16, 3).toString('base64');
+    const problems = problemsOf({ IDEMPOTENCY_ENCRYPTION_KEYS: `a:${short},b c:${k1.toString('base64')},a:${k2.toString('base64')},d:${k1.toString('base64')}` });
+    expect(problems).toEqual([
+      'IDEMPOTENCY_ENCRYPTION_KEYS key "a" must be 32 bytes in base64 (e.g. openssl rand -base64 32)',
+      'IDEMPOTENCY_ENCRYPTION_KEYS entry 2 must be <id>:<base64 key> with an id of 1 to 64 letters, digits or . _ -',
+    ]);
+    expect(problemsOf({ IDEMPOTENCY_ENCRYPTION_KEYS: `a:${k1.toString('base64')},a:${k2.toString('base64')}` })).toEqual([
+      'IDEMPOTENCY_ENCRYPTION_KEYS lists the key id "a" twice',
+    ]);
+    expect(problems.join(' ')).not.toContain(short);
   });
 
   it('reads the queue settings and refuses bad ones', () => {

@@ -1,5 +1,7 @@
 import { resolve } from 'node:path';
 import type { LogLevel } from '@nestjs/common';
+import type { IdempotencyEncryptionOptions } from '@app/idempotency';
+import { parseEncryptionKeys } from './encryption-keys.js';
 
 /**
  * The one place that reads the environment. Everything else receives an {@link OrdersConfig}
@@ -62,6 +64,8 @@ export interface OrdersConfig {
   problemTypeBaseUri: string;
   /** Lease of an idempotency claim, in ms (heartbeat every third of it). @default 30_000 */
   idempotencyLeaseMs: number;
+  /** Key ring sealing stored idempotency responses (first key active); unset: stored in clear. */
+  idempotencyEncryption: IdempotencyEncryptionOptions | undefined;
 }
 
 /** Thrown when the environment holds invalid values; the message lists every one of them. */
@@ -145,6 +149,8 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     problems.push(`IDEMPOTENCY_LEASE_MS must be an integer from 300 to 3600000 (got "${leaseRaw}")`);
   }
 
+  const idempotencyEncryption = parseEncryptionKeys(value('IDEMPOTENCY_ENCRYPTION_KEYS'), problems);
+
   const queueWorkerRaw = (value('QUEUE_WORKER') ?? 'true').toLowerCase();
   if (!['true', 'false'].includes(queueWorkerRaw)) {
     problems.push(`QUEUE_WORKER must be true or false (got "${queueWorkerRaw}")`);
@@ -175,6 +181,7 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     logLevel: logLevel as LogLevel,
     problemTypeBaseUri,
     idempotencyLeaseMs,
+    idempotencyEncryption,
   };
 }
 

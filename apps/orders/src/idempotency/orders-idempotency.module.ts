@@ -22,7 +22,8 @@ interface TenantRequest {
  *   the embedded sql.js), through `TransactionRunner` so that on sql.js its statements never
  *   interleave with the service's transactions.
  * Keys are scoped per tenant and operation: the sample has no authentication, so there is no
- * principal to scope by. Expired records are reaped every minute.
+ * principal to scope by. Expired records are reaped every minute. Stored responses are sealed
+ * with AES-256-GCM when `IDEMPOTENCY_ENCRYPTION_KEYS` is set.
  */
 @Module({
   imports: [
@@ -37,6 +38,7 @@ interface TenantRequest {
         leaseMs: config.idempotencyLeaseMs,
         heartbeatMs: Math.floor(config.idempotencyLeaseMs / 3),
         problemTypeBaseUri: config.problemTypeBaseUri,
+        encryption: config.idempotencyEncryption,
       }),
     }),
   ],
