@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
-import { Cluster } from 'ioredis';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import type { Cluster } from 'ioredis';
+import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
-import { askNode, startRedisCluster, waitUntil, type ThrowawayRedisCluster } from '../utils/redis.js';
+import { askNode, openRedisCluster, startRedisCluster, waitUntil, type ThrowawayRedisCluster } from '../utils/redis.js';
 import { beginSlotMigration, failOver, masterOfSlot, slotOf, waitForReplicas } from '../utils/redis-cluster.js';
 import { claimRequest, newId, sampleResponse, sleep } from './store-contract.js';
 
@@ -76,8 +76,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
   beforeAll(async () => {
     cluster = await startRedisCluster(3, { replicasPerMaster: 1 });
     live = cluster.nodes.map((node) => node.port);
-    client = new Cluster([...cluster.nodes], { redisOptions: { ...REDIS_FAIL_FAST_OPTIONS } });
-    client.on('error', () => undefined);
+    client = openRedisCluster(cluster);
     fixture = await startContractApp('express', new RedisIdempotencyStore(client, { prefix }));
   }, 60_000);
   afterAll(async () => {
@@ -202,8 +201,7 @@ describe('Redis Cluster: every store script touches one slot', () => {
 
   beforeAll(async () => {
     cluster = await startRedisCluster(3);
-    client = new Cluster([...cluster.nodes], { redisOptions: { ...REDIS_FAIL_FAST_OPTIONS } });
-    client.on('error', () => undefined);
+    client = openRedisCluster(cluster);
   }, 60_000);
   afterAll(async () => {
     client?.disconnect();

@@ -5,7 +5,8 @@ import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
 
 /**
  * Redis for the e2e suites: the shared server at `REDIS_URL` (default `redis://127.0.0.1:6379`),
@@ -273,4 +274,14 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
     await stop();
     throw error;
   }
+}
+
+/**
+ * An ioredis `Cluster` client on a throwaway cluster, as the README recommends one: the store's
+ * fail-fast options on every node connection. The caller disconnects it.
+ */
+export function openRedisCluster(cluster: ThrowawayRedisCluster): Cluster {
+  const client = new Cluster([...cluster.nodes], { redisOptions: { ...REDIS_FAIL_FAST_OPTIONS } });
+  client.on('error', () => undefined);
+  return client;
 }
