@@ -7,6 +7,9 @@ import { askNode, openRedisCluster, startRedisCluster, waitUntil, type Throwaway
 import { beginSlotMigration, failOver, masterOfSlot, slotOf, waitForReplicas } from '../utils/redis-cluster.js';
 import { claimRequest, newId, sampleResponse, sleep } from './store-contract.js';
 
+/** Resolves after `ms` without keeping the process alive. */
+const later = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());
+
 /**
  * The Redis store on a real three-master cluster with one replica per master, reshaped while
  * requests are under way: a record's slot moves to another master between the original and the
@@ -190,12 +193,7 @@ async function anotherMaster(ports: readonly number[], port: number): Promise<nu
   throw new Error(`no master other than 127.0.0.1:${port}`);
 }
 
-/**
- * Every script the store registers, run with the `#!lua` shebang (Redis 7 script flags, without
- * `allow-cross-slot-keys`): the server then rejects any access to a key outside the slot of
- * KEYS[1], which plain EVAL scripts would be allowed on a node that happens to own both slots.
- */
-describe('Redis Cluster: every store script touches one slot', () => {
+describe('Redis Cluster (three masters): scripts and waiters', () => {
   let cluster: ThrowawayRedisCluster;
   let client: Cluster;
 
@@ -208,66 +206,108 @@ describe('Redis Cluster: every store script touches one slot', () => {
     await cluster?.stop();
   });
 
-  /** Redefines every script of `client` with the shebang; returns how many. */
-  function makeScriptsStrict(target: Cluster): number {
-    const scripts = (target as unknown as { scriptsSet: Record<string, { lua: string; numberOfKeys: number | null }> })
-      .scriptsSet;
-    const names = Object.keys(scripts);
-    for (const name of names) {
-      const { lua, numberOfKeys } = scripts[name];
-      expect(numberOfKeys).toBe(1);
-      expect(lua).not.toMatch(/allow-cross-slot-keys/);
-      target.defineCommand(name, { lua: lua.startsWith('#!') ? lua : `#!lua\n${lua}`, numberOfKeys: 1 });
-    }
-    return names.length;
-  }
-
-  it('runs claim, takeOver, extend, complete, release, get and restore with cross-slot access forbidden', async () => {
-    const strict = client.duplicate();
-    strict.on('error', () => undefined);
-    const store = new RedisIdempotencyStore(strict, { prefix: 'strict' });
-    try {
-      expect(makeScriptsStrict(strict)).toBeGreaterThanOrEqual(7);
-      for (let i = 0; i < 6; i++) {
-        const id = newId();
-        const { record } = await store.claim(id, claimRequest({ leaseMs: 50 }));
-        expect((await store.claim(id, claimRequest())).kind).toBe('existing');
-        await sleep(60);
-        const taken = await store.takeOver(id, record.ownerToken, claimRequest());
-        expect(taken.kind).toBe('claimed');
-        expect(await store.extend(id, taken.record.ownerToken, 60_000)).toBe(true);
-        expect(await store.complete(id, taken.record.ownerToken, sampleResponse())).toBe(true);
-        const stored = await store.get(id);
-        expect(stored?.state).toBe('completed');
-
-        const other = newId();
-        const released = await store.claim(other, claimRequest());
-        expect(await store.release(other, released.record.ownerToken)).toBe(true);
-        expect(await store.restore(other, stored!)).toBe(true);
-        expect((await store.get(other))?.state).toBe('completed');
-        expect(await store.waitForChange(id, 1_000)).toBeUndefined();
+  /**
+   * Every script the store registers, run with the `#!lua` shebang (Redis 7 script flags, without
+   * `allow-cross-slot-keys`): the server then rejects any access to a key outside the slot of
+   * KEYS[1], which plain EVAL scripts would be allowed on a node that happens to own both slots.
+   */
+  describe('every store script touches one slot', () => {
+    /** Redefines every script of `client` with the shebang; returns how many. */
+    function makeScriptsStrict(target: Cluster): number {
+      const scripts = (target as unknown as { scriptsSet: Record<string, { lua: string; numberOfKeys: number | null }> })
+        .scriptsSet;
+      const names = Object.keys(scripts);
+      for (const name of names) {
+        const { lua, numberOfKeys } = scripts[name];
+        expect(numberOfKeys).toBe(1);
+        expect(lua).not.toMatch(/allow-cross-slot-keys/);
+        target.defineCommand(name, { lua: lua.startsWith('#!') ? lua : `#!lua\n${lua}`, numberOfKeys: 1 });
       }
-    } finally {
-      await store.onApplicationShutdown();
-      strict.disconnect();
+      return names.length;
     }
+
+    it('runs claim, takeOver, extend, complete, release, get and restore with cross-slot access forbidden', async () => {
+      const strict = client.duplicate();
+      strict.on('error', () => undefined);
+      const store = new RedisIdempotencyStore(strict, { prefix: 'strict' });
+      try {
+        expect(makeScriptsStrict(strict)).toBeGreaterThanOrEqual(7);
+        for (let i = 0; i < 6; i++) {
+          const id = newId();
+          const { record } = await store.claim(id, claimRequest({ leaseMs: 50 }));
+          expect((await store.claim(id, claimRequest())).kind).toBe('existing');
+          await sleep(60);
+          const taken = await store.takeOver(id, record.ownerToken, claimRequest());
+          expect(taken.kind).toBe('claimed');
+          expect(await store.extend(id, taken.record.ownerToken, 60_000)).toBe(true);
+          expect(await store.complete(id, taken.record.ownerToken, sampleResponse())).toBe(true);
+          const stored = await store.get(id);
+          expect(stored?.state).toBe('completed');
+
+          const other = newId();
+          const released = await store.claim(other, claimRequest());
+          expect(await store.release(other, released.record.ownerToken)).toBe(true);
+          expect(await store.restore(other, stored!)).toBe(true);
+          expect((await store.get(other))?.state).toBe('completed');
+          expect(await store.waitForChange(id, 1_000)).toBeUndefined();
+        }
+      } finally {
+        await store.onApplicationShutdown();
+        strict.disconnect();
+      }
+    });
+
+    it('has teeth: that mode rejects a script that reads a key of another slot on the same node, which plain EVAL allows', async () => {
+      const probe = client.duplicate();
+      probe.on('error', () => undefined);
+      try {
+        const lua = "redis.call('GET', KEYS[1])\nreturn redis.call('GET', ARGV[1])";
+        probe.defineCommand('crossSlotStrict', { lua: `#!lua\n${lua}`, numberOfKeys: 1 });
+        probe.defineCommand('crossSlotCompat', { lua, numberOfKeys: 1 });
+        const [first, second] = await twoKeysOnOneNodeInTwoSlots(await masterOfSlot(cluster.nodes[0].port, 0));
+        type Probe = (key: string, other: string) => Promise<unknown>;
+        const { crossSlotStrict, crossSlotCompat } = probe as unknown as Record<'crossSlotStrict' | 'crossSlotCompat', Probe>;
+        await expect(crossSlotStrict.call(probe, first, second)).rejects.toThrow(/do not hash to the same slot/);
+        await expect(crossSlotCompat.call(probe, first, second)).resolves.toBeNull();
+      } finally {
+        probe.disconnect();
+      }
+    });
   });
 
-  it('has teeth: that mode rejects a script that reads a key of another slot on the same node, which plain EVAL allows', async () => {
-    const probe = client.duplicate();
-    probe.on('error', () => undefined);
-    try {
-      const lua = "redis.call('GET', KEYS[1])\nreturn redis.call('GET', ARGV[1])";
-      probe.defineCommand('crossSlotStrict', { lua: `#!lua\n${lua}`, numberOfKeys: 1 });
-      probe.defineCommand('crossSlotCompat', { lua, numberOfKeys: 1 });
-      const [first, second] = await twoKeysOnOneNodeInTwoSlots(await masterOfSlot(cluster.nodes[0].port, 0));
-      type Probe = (key: string, other: string) => Promise<unknown>;
-      const { crossSlotStrict, crossSlotCompat } = probe as unknown as Record<'crossSlotStrict' | 'crossSlotCompat', Probe>;
-      await expect(crossSlotStrict.call(probe, first, second)).rejects.toThrow(/do not hash to the same slot/);
-      await expect(crossSlotCompat.call(probe, first, second)).resolves.toBeNull();
-    } finally {
-      probe.disconnect();
+  describe('waiters (regular pub/sub: a PUBLISH reaches every node over the cluster bus)', () => {
+    /** The nodes where `channel` has a subscriber (PUBSUB NUMSUB counts a node's own clients). */
+    async function subscribedNodes(channel: string): Promise<number[]> {
+      const ports: number[] = [];
+      for (const { port } of cluster.nodes) {
+        const [, count] = (await askNode(port, 'PUBSUB', 'NUMSUB', channel)) as [string, number];
+        if (Number(count) > 0) ports.push(port);
+      }
+      return ports;
     }
+
+    it('wakes a waiter whose subscriber connection was dropped: ioredis resubscribes, and the completion arrives', async () => {
+      const store = new RedisIdempotencyStore(client, { prefix: 'waiters' });
+      try {
+        const id = newId();
+        const channel = `waiters:done:{${id}}`;
+        const { record } = await store.claim(id, claimRequest());
+        let woken = false;
+        const waiting = store.waitForChange(id, 30_000).then(() => {
+          woken = true;
+        });
+        let subscribedOn: number[] = [];
+        await waitUntil(async () => (subscribedOn = await subscribedNodes(channel)).length === 1, 10_000, 'the waiter subscribed');
+        await askNode(subscribedOn[0], 'CLIENT', 'KILL', 'TYPE', 'pubsub');
+        await waitUntil(async () => (await subscribedNodes(channel)).length === 1, 10_000, 'ioredis resubscribed the channel');
+        expect(woken).toBe(false);
+
+        expect(await store.complete(id, record.ownerToken, sampleResponse())).toBe(true);
+        expect(await Promise.race([waiting.then(() => 'woken'), later(15_000).then(() => 'still waiting')])).toBe('woken');
+      } finally {
+        await store.onApplicationShutdown();
+      }
+    });
   });
 });
 
