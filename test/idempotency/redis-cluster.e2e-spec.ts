@@ -3,8 +3,15 @@ import type { Cluster } from 'ioredis';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
-import { askNode, openRedisCluster, startRedisCluster, waitUntil, type ThrowawayRedisCluster } from '../utils/redis.js';
-import { beginSlotMigration, failOver, masterOfSlot, slotOf, waitForReplicas } from '../utils/redis-cluster.js';
+import {
+  askNode,
+  openRedisCluster,
+  startRedisCluster,
+  waitForReplicas,
+  waitUntil,
+  type ThrowawayRedisCluster,
+} from '../utils/redis.js';
+import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../utils/redis-cluster.js';
 import { claimRequest, newId, sampleResponse, sleep } from './store-contract.js';
 
 /** Resolves after `ms` without keeping the process alive. */

@@ -110,21 +110,6 @@ export async function beginSlotMigration(
   };
 }
 
-/** Waits until the replicas of the master on `masterPort` have every write it has acknowledged. */
-export async function waitForReplicas(masterPort: number): Promise<void> {
-  const offsetOf = (info: string, field: RegExp): number => Number(field.exec(info)?.[1] ?? -1);
-  const target = offsetOf(String(await askNode(masterPort, 'INFO', 'replication')), /master_repl_offset:(\d+)/);
-  await waitUntil(
-    async () => {
-      const info = String(await askNode(masterPort, 'INFO', 'replication'));
-      const replicas = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((match) => Number(match[1]));
-      return replicas.length > 0 && replicas.every((offset) => offset >= target);
-    },
-    15_000,
-    `the replicas of 127.0.0.1:${masterPort} reached offset ${target}`,
-  );
-}
-
 /** The port of a replica of the master on `masterPort`. */
 export async function replicaOf(masterPort: number): Promise<number> {
   const view = await clusterView(masterPort);

@@ -120,10 +120,14 @@ async function launch(
   port: number,
   extraArgs: readonly string[],
   dir: string,
+  configFile?: string,
 ): Promise<{ child: ChildProcess; output: () => string }> {
   const child = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    [
+      ...(configFile ? [configFile] : []),
+      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';
@@ -153,16 +157,17 @@ async function launch(
 /**
  * Starts `redis-server --port <spare port> --bind 127.0.0.1 --save "" --appendonly no` and waits
  * until it answers PING. Retries on another port when the chosen one was taken in between;
- * `port` asks for a given port (to bring a killed server back). The caller stops it; a server
- * still running when the test process exits is killed.
+ * `port` asks for a given port (to bring a killed server back); `configFile` goes first on the
+ * command line (Sentinel needs one it can rewrite). The caller stops it; a server still running
+ * when the test process exits is killed.
  */
 export async function startRedisServer(
-  options: { port?: number; args?: readonly string[]; dir?: string } = {},
+  options: { port?: number; args?: readonly string[]; dir?: string; configFile?: string } = {},
 ): Promise<ThrowawayRedis> {
   for (let attempt = 1; ; attempt++) {
     const port = options.port ?? (await freePort());
     try {
-      const { child } = await launch(port, options.args ?? [], options.dir ?? tmpdir());
+      const { child } = await launch(port, options.args ?? [], options.dir ?? tmpdir(), options.configFile);
       const killAtExit = (): void => {
         child.kill('SIGKILL');
       };
@@ -284,4 +289,19 @@ export function openRedisCluster(cluster: ThrowawayRedisCluster): Cluster {
   const client = new Cluster([...cluster.nodes], { redisOptions: { ...REDIS_FAIL_FAST_OPTIONS } });
   client.on('error', () => undefined);
   return client;
+}
+
+/** Waits until the replicas of the master on `masterPort` have every write it has acknowledged. */
+export async function waitForReplicas(masterPort: number): Promise<void> {
+  const offsetOf = (info: string, field: RegExp): number => Number(field.exec(info)?.[1] ?? -1);
+  const target = offsetOf(String(await askNode(masterPort, 'INFO', 'replication')), /master_repl_offset:(\d+)/);
+  await waitUntil(
+    async () => {
+      const info = String(await askNode(masterPort, 'INFO', 'replication'));
+      const replicas = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((match) => Number(match[1]));
+      return replicas.length > 0 && replicas.every((offset) => offset >= target);
+    },
+    15_000,
+    `the replicas of 127.0.0.1:${masterPort} reached offset ${target}`,
+  );
 }
