@@ -68,7 +68,7 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
     if (storeName === 'redis') await connectRedisOrFail();
     if (storeName === 'redis-cluster') {
       cluster = await startRedisCluster(3);
-      clusterClient = openRedisCluster(cluster);
+      clusterClient = await openRedisCluster(cluster);
     }
     fixture = await startContractApp(platform, makeStore(storeName, clusterClient));
   }, 60_000);

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
+import { IdempotencyStoreError } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
@@ -86,7 +87,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
   beforeAll(async () => {
     cluster = await startRedisCluster(3, { replicasPerMaster: 1 });
     live = cluster.nodes.map((node) => node.port);
-    client = openRedisCluster(cluster);
+    client = await openRedisCluster(cluster);
     fixture = await startContractApp('express', new RedisIdempotencyStore(client, { prefix }));
   }, 60_000);
   afterAll(async () => {
@@ -206,7 +207,7 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
 
   beforeAll(async () => {
     cluster = await startRedisCluster(3);
-    client = openRedisCluster(cluster);
+    client = await openRedisCluster(cluster);
   }, 60_000);
   afterAll(async () => {
     client?.disconnect();
@@ -234,8 +235,7 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
     }
 
     it('runs claim, takeOver, extend, complete, release, get and restore with cross-slot access forbidden', async () => {
-      const strict = client.duplicate();
-      strict.on('error', () => undefined);
+      const strict = await readyCopy(client);
       const store = new RedisIdempotencyStore(strict, { prefix: 'strict' });
       try {
         expect(makeScriptsStrict(strict)).toBeGreaterThanOrEqual(7);
@@ -265,8 +265,7 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
     });
 
     it('has teeth: that mode rejects a script that reads a key of another slot on the same node, which plain EVAL allows', async () => {
-      const probe = client.duplicate();
-      probe.on('error', () => undefined);
+      const probe = await readyCopy(client);
       try {
         const lua = "redis.call('GET', KEYS[1])\nreturn redis.call('GET', ARGV[1])";
         probe.defineCommand('crossSlotStrict', { lua: `#!lua\n${lua}`, numberOfKeys: 1 });
@@ -280,6 +279,32 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
         probe.disconnect();
       }
     });
+  });
+
+  describe('every node down', () => {
+    it('fails each call fast with IdempotencyStoreError while the cluster is down, and claims again once it is back', async () => {
+      const store = new RedisIdempotencyStore(client, { prefix: 'outage' });
+      const attempt = (): Promise<unknown> =>
+        Promise.race([
+          store.claim(newId(), claimRequest()).then(
+            () => 'claimed',
+            (error: unknown) => error,
+          ),
+          later(10_000).then(() => 'still pending after 10 s'),
+        ]);
+      try {
+        expect(await attempt()).toBe('claimed');
+        for (const { port } of cluster.nodes) cluster.servers.get(port)?.kill();
+        expect(await attempt()).toBeInstanceOf(IdempotencyStoreError);
+        await waitUntil(async () => client.status !== 'ready', 10_000, 'the client saw the cluster go down');
+        expect(await attempt()).toBeInstanceOf(IdempotencyStoreError);
+
+        for (const { port } of cluster.nodes) await cluster.restart(port);
+        await waitUntil(async () => (await attempt()) === 'claimed', 30_000, 'the store claims again');
+      } finally {
+        await store.onApplicationShutdown();
+      }
+    }, 60_000);
   });
 
   describe('waiters (regular pub/sub: a PUBLISH reaches every node over the cluster bus)', () => {
@@ -317,6 +342,14 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
     });
   });
 });
+
+/** A new client with the options of `client`, once it is ready. */
+async function readyCopy(client: Cluster): Promise<Cluster> {
+  const copy = client.duplicate();
+  copy.on('error', () => undefined);
+  await waitUntil(async () => copy.status === 'ready', 15_000, 'the Cluster client is ready');
+  return copy;
+}
 
 /** Two keys that live on the master on `port` but in different slots. */
 async function twoKeysOnOneNodeInTwoSlots(port: number): Promise<[string, string]> {

@@ -200,6 +200,11 @@ export interface ThrowawayRedisCluster {
   readonly nodes: readonly { host: string; port: number }[];
   /** The node processes by port, to stop or kill one (a crash, a failover). */
   readonly servers: ReadonlyMap<number, ThrowawayRedis>;
+  /**
+   * Starts the node on `port` again after a stop or a crash: same port, same cluster config
+   * file, so it rejoins with its id and slots (and without its data: nothing is persisted).
+   */
+  restart(port: number): Promise<void>;
   /** Stops every node and removes their cluster config files. */
   stop(): Promise<void>;
 }
@@ -247,11 +252,15 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    for (let i = 0; i < masters * (1 + replicas); i++) {
-      const port = await freePort();
+    const launchNode = async (port: number): Promise<void> => {
       const args = ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', '2000'];
       servers.set(port, await startRedisServer({ port, args, dir }));
-    }
+    };
+    const restart = async (port: number): Promise<void> => {
+      await servers.get(port)?.stop();
+      await launchNode(port);
+    };
+    for (let i = 0; i < masters * (1 + replicas); i++) await launchNode(await freePort());
     const ports = [...servers.keys()];
     const addresses = ports.map((port) => `127.0.0.1:${port}`);
     await promisify(execFile)(
@@ -274,7 +283,7 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
         `Redis Cluster node 127.0.0.1:${port} is ok, knows all ${ports.length} nodes and is in sync`,
       );
     }
-    return { nodes: ports.map((port) => ({ host: '127.0.0.1', port })), servers, stop };
+    return { nodes: ports.map((port) => ({ host: '127.0.0.1', port })), servers, restart, stop };
   } catch (error) {
     await stop();
     throw error;
@@ -282,12 +291,18 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
 }
 
 /**
- * An ioredis `Cluster` client on a throwaway cluster, as the README recommends one: the store's
- * fail-fast options on every node connection. The caller disconnects it.
+ * An ioredis `Cluster` client on a throwaway cluster, configured as the README recommends: the
+ * store's fail-fast options on every node connection, and no cluster-level offline queue (it
+ * has no timeout: while the cluster is down, queued commands would wait for ever). Resolves once
+ * the client is ready; the caller disconnects it.
  */
-export function openRedisCluster(cluster: ThrowawayRedisCluster): Cluster {
-  const client = new Cluster([...cluster.nodes], { redisOptions: { ...REDIS_FAIL_FAST_OPTIONS } });
+export async function openRedisCluster(cluster: ThrowawayRedisCluster): Promise<Cluster> {
+  const client = new Cluster([...cluster.nodes], {
+    redisOptions: { ...REDIS_FAIL_FAST_OPTIONS },
+    enableOfflineQueue: false,
+  });
   client.on('error', () => undefined);
+  await waitUntil(async () => client.status === 'ready', 15_000, 'the Cluster client is ready');
   return client;
 }
 
