@@ -116,7 +116,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
     expect(await askNode(target, 'EXISTS', recordKey)).toBe(1);
     expect(await askNode(from, 'CLUSTER', 'COUNTKEYSINSLOT', slot)).toBe(0);
     expect(fixture.probe.runs).toBe(runs);
-  });
+  }, 60_000);
 
   it('keeps refusing duplicates of an in-progress request while its slot moves, and its owner completes it on the new master', async () => {
     const key = randomUUID();
@@ -139,7 +139,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
     expect(done.status).toBe(201);
     expectReplayOf(await call(key, { amount: 2, gate }), done);
     expect(fixture.probe.runs - runs).toBe(1);
-  });
+  }, 60_000);
 
   it('survives a coordinated failover (CLUSTER FAILOVER on the replica): replays, refuses the in-progress duplicate, completes on the new master', async () => {
     const key = randomUUID();
@@ -160,7 +160,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
     expect(finished.status).toBe(201);
     expectReplayOf(await call(key, { amount: 3, gate }), finished);
     expect(fixture.probe.runs - runs).toBe(1);
-  });
+  }, 60_000);
 
   it('survives a crashed master (SIGKILL, automatic failover): the retry replays the record written before the crash', async () => {
     const key = randomUUID();
@@ -188,7 +188,7 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
     );
     expectReplayOf(retry!, first);
     expect(fixture.probe.runs).toBe(runs);
-  });
+  }, 60_000);
 });
 
 /** A master other than the one on `port`. */

@@ -72,5 +72,5 @@ describe('Redis Sentinel: a failover under the HTTP layer (express)', () => {
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.body.equals(finished.body)).toBe(true);
     expect(fixture.probe.runs - runs).toBe(1);
-  });
+  }, 60_000);
 });
