@@ -1,19 +1,26 @@
 import { randomUUID } from 'node:crypto';
+import type { Cluster } from 'ioredis';
 import { MemoryIdempotencyStore, type IdempotencyStore } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
 import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
 import { send, sendRawHeaders, sleep, type HttpResult, type SendOptions } from '../utils/http.js';
-import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
+import {
+  connectRedisOrFail,
+  openRedisCluster,
+  redisUrl,
+  startRedisCluster,
+  type ThrowawayRedisCluster,
+} from '../utils/redis.js';
 
-type StoreName = 'memory' | 'redis';
+type StoreName = 'memory' | 'redis' | 'redis-cluster';
 
 const PROBLEM_BASE = 'https://docs.example.test/problems/';
 
-function makeStore(name: StoreName): IdempotencyStore {
-  return name === 'memory'
-    ? new MemoryIdempotencyStore()
-    : new RedisIdempotencyStore(redisUrl(), { prefix: `idem-contract-${randomUUID().slice(0, 8)}` });
+function makeStore(name: StoreName, cluster?: Cluster): IdempotencyStore {
+  const prefix = `idem-contract-${randomUUID().slice(0, 8)}`;
+  if (name === 'memory') return new MemoryIdempotencyStore();
+  return new RedisIdempotencyStore(name === 'redis-cluster' ? cluster! : redisUrl(), { prefix });
 }
 
 const combos: Array<[Platform, StoreName]> = [
@@ -21,6 +28,8 @@ const combos: Array<[Platform, StoreName]> = [
   ['fastify', 'memory'],
   ['express', 'redis'],
   ['fastify', 'redis'],
+  // A three-master cluster of its own, started and stopped by the suite.
+  ['express', 'redis-cluster'],
 ];
 
 describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeName) => {
@@ -52,12 +61,21 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
     return problem;
   };
 
+  let cluster: ThrowawayRedisCluster | undefined;
+  let clusterClient: Cluster | undefined;
+
   beforeAll(async () => {
     if (storeName === 'redis') await connectRedisOrFail();
-    fixture = await startContractApp(platform, makeStore(storeName));
-  });
+    if (storeName === 'redis-cluster') {
+      cluster = await startRedisCluster(3);
+      clusterClient = await openRedisCluster(cluster);
+    }
+    fixture = await startContractApp(platform, makeStore(storeName, clusterClient));
+  }, 60_000);
   afterAll(async () => {
     await fixture?.app.close();
+    clusterClient?.disconnect();
+    await cluster?.stop();
   });
 
   describe('B.1 applicability', () => {

@@ -5,7 +5,8 @@ import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { Redis, type RedisOptions } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
+import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
 
 /**
  * Redis for the e2e suites: the shared server at `REDIS_URL` (default `redis://127.0.0.1:6379`),
@@ -119,10 +120,14 @@ async function launch(
   port: number,
   extraArgs: readonly string[],
   dir: string,
+  configFile?: string,
 ): Promise<{ child: ChildProcess; output: () => string }> {
   const child = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    [
+      ...(configFile ? [configFile] : []),
+      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   let output = '';
@@ -152,16 +157,17 @@ async function launch(
 /**
  * Starts `redis-server --port <spare port> --bind 127.0.0.1 --save "" --appendonly no` and waits
  * until it answers PING. Retries on another port when the chosen one was taken in between;
- * `port` asks for a given port (to bring a killed server back). The caller stops it; a server
- * still running when the test process exits is killed.
+ * `port` asks for a given port (to bring a killed server back); `configFile` goes first on the
+ * command line (Sentinel needs one it can rewrite). The caller stops it; a server still running
+ * when the test process exits is killed.
  */
 export async function startRedisServer(
-  options: { port?: number; args?: readonly string[]; dir?: string } = {},
+  options: { port?: number; args?: readonly string[]; dir?: string; configFile?: string } = {},
 ): Promise<ThrowawayRedis> {
   for (let attempt = 1; ; attempt++) {
     const port = options.port ?? (await freePort());
     try {
-      const { child } = await launch(port, options.args ?? [], options.dir ?? tmpdir());
+      const { child } = await launch(port, options.args ?? [], options.dir ?? tmpdir(), options.configFile);
       const killAtExit = (): void => {
         child.kill('SIGKILL');
       };
@@ -188,50 +194,129 @@ export async function startRedisServer(
   }
 }
 
-/** A throwaway Redis Cluster: masters only, every slot assigned, `cluster_state:ok`. */
+/** A throwaway Redis Cluster: every slot assigned, `cluster_state:ok`, replicas in sync. */
 export interface ThrowawayRedisCluster {
+  /** Every node (masters first, then replicas), as ioredis `Cluster` startup nodes. */
   readonly nodes: readonly { host: string; port: number }[];
+  /** The node processes by port, to stop or kill one (a crash, a failover). */
+  readonly servers: ReadonlyMap<number, ThrowawayRedis>;
+  /**
+   * Starts the node on `port` again after a stop or a crash: same port, same cluster config
+   * file, so it rejoins with its id and slots (and without its data: nothing is persisted).
+   */
+  restart(port: number): Promise<void>;
   /** Stops every node and removes their cluster config files. */
   stop(): Promise<void>;
 }
 
+/** Options of {@link startRedisCluster}. */
+export interface RedisClusterOptions {
+  /** Replicas per master; a master needs one to fail over. @default 0 */
+  replicasPerMaster?: number;
+  /** How long the nodes and the cluster have to come up, in ms. @default 30_000 */
+  timeoutMs?: number;
+}
+
+/** Polls `check` every 50 ms until it holds, or throws `what` after `timeoutMs`. */
+export async function waitUntil(check: () => Promise<boolean>, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting until ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** The answer of one command to the node on `port` (a short-lived connection). */
+export async function askNode(port: number, ...args: (string | number)[]): Promise<unknown> {
+  const client = await openRedis(`redis://127.0.0.1:${port}`, { commandTimeout: 10_000 });
+  try {
+    return await client.call(String(args[0]), ...args.slice(1));
+  } finally {
+    client.disconnect();
+  }
+}
+
 /**
- * Starts `masters` redis-servers with `--cluster-enabled yes` on spare ports, joins them with
- * `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`, and waits until every
- * node reports `cluster_state:ok`.
+ * Starts `masters × (1 + replicasPerMaster)` redis-servers with `--cluster-enabled yes` on spare
+ * ports, joins them with `redis-cli --cluster create ... --cluster-replicas <n> --cluster-yes`,
+ * and waits until every node reports `cluster_state:ok` and knows every other node, and every
+ * replica's link to its master is up.
  */
-export async function startRedisCluster(masters = 3): Promise<ThrowawayRedisCluster> {
+export async function startRedisCluster(masters = 3, options: RedisClusterOptions = {}): Promise<ThrowawayRedisCluster> {
+  const replicas = options.replicasPerMaster ?? 0;
+  const timeoutMs = options.timeoutMs ?? 30_000;
   const dir = await mkdtemp(join(tmpdir(), 'idem-cluster-'));
-  const servers: ThrowawayRedis[] = [];
+  const servers = new Map<number, ThrowawayRedis>();
   const stop = async (): Promise<void> => {
-    await Promise.all(servers.map((server) => server.stop()));
+    await Promise.all([...servers.values()].map((server) => server.stop()));
     await rm(dir, { recursive: true, force: true });
   };
   try {
-    for (let i = 0; i < masters; i++) {
-      const port = await freePort();
+    const launchNode = async (port: number): Promise<void> => {
       const args = ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', '2000'];
-      servers.push(await startRedisServer({ port, args, dir }));
+      servers.set(port, await startRedisServer({ port, args, dir }));
+    };
+    const restart = async (port: number): Promise<void> => {
+      await servers.get(port)?.stop();
+      await launchNode(port);
+    };
+    for (let i = 0; i < masters * (1 + replicas); i++) await launchNode(await freePort());
+    const ports = [...servers.keys()];
+    const addresses = ports.map((port) => `127.0.0.1:${port}`);
+    await promisify(execFile)(
+      'redis-cli',
+      ['--cluster', 'create', ...addresses, '--cluster-replicas', String(replicas), '--cluster-yes'],
+      { timeout: timeoutMs },
+    );
+    const deadline = Date.now() + timeoutMs;
+    for (const port of ports) {
+      await waitUntil(
+        async () => {
+          const info = String(await askNode(port, 'CLUSTER', 'INFO'));
+          const known = String(await askNode(port, 'CLUSTER', 'NODES')).trim().split('\n');
+          const settled = known.length === ports.length && known.every((line) => !/handshake|noaddr|fail/.test(line));
+          const replication = String(await askNode(port, 'INFO', 'replication'));
+          const linked = !replication.includes('role:slave') || replication.includes('master_link_status:up');
+          return info.includes('cluster_state:ok') && settled && linked;
+        },
+        Math.max(deadline - Date.now(), 0),
+        `Redis Cluster node 127.0.0.1:${port} is ok, knows all ${ports.length} nodes and is in sync`,
+      );
     }
-    const addresses = servers.map((server) => `127.0.0.1:${server.port}`);
-    await promisify(execFile)('redis-cli', ['--cluster', 'create', ...addresses, '--cluster-replicas', '0', '--cluster-yes'], {
-      timeout: 15_000,
-    });
-    const deadline = Date.now() + 15_000;
-    for (const server of servers) {
-      const client = await openRedis(server.url);
-      try {
-        while (!String(await client.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) {
-          if (Date.now() > deadline) throw new Error(`Redis Cluster node ${server.url} did not reach cluster_state:ok`);
-          await new Promise((resolve) => setTimeout(resolve, 50));
-        }
-      } finally {
-        await client.quit();
-      }
-    }
-    return { nodes: servers.map((server) => ({ host: '127.0.0.1', port: server.port })), stop };
+    return { nodes: ports.map((port) => ({ host: '127.0.0.1', port })), servers, restart, stop };
   } catch (error) {
     await stop();
     throw error;
   }
+}
+
+/**
+ * An ioredis `Cluster` client on a throwaway cluster, configured as the README recommends: the
+ * store's fail-fast options on every node connection, and no cluster-level offline queue (it
+ * has no timeout: while the cluster is down, queued commands would wait for ever). Resolves once
+ * the client is ready; the caller disconnects it.
+ */
+export async function openRedisCluster(cluster: ThrowawayRedisCluster): Promise<Cluster> {
+  const client = new Cluster([...cluster.nodes], {
+    redisOptions: { ...REDIS_FAIL_FAST_OPTIONS },
+    enableOfflineQueue: false,
+  });
+  client.on('error', () => undefined);
+  await waitUntil(async () => client.status === 'ready', 15_000, 'the Cluster client is ready');
+  return client;
+}
+
+/** Waits until the replicas of the master on `masterPort` have every write it has acknowledged. */
+export async function waitForReplicas(masterPort: number): Promise<void> {
+  const offsetOf = (info: string, field: RegExp): number => Number(field.exec(info)?.[1] ?? -1);
+  const target = offsetOf(String(await askNode(masterPort, 'INFO', 'replication')), /master_repl_offset:(\d+)/);
+  await waitUntil(
+    async () => {
+      const info = String(await askNode(masterPort, 'INFO', 'replication'));
+      const replicas = [...info.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map((match) => Number(match[1]));
+      return replicas.length > 0 && replicas.every((offset) => offset >= target);
+    },
+    15_000,
+    `the replicas of 127.0.0.1:${masterPort} reached offset ${target}`,
+  );
 }

@@ -404,7 +404,8 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
   private subscriberConnection(): Redis | Cluster {
     if (!this.subscriber) {
       const subscriber = this.client.isCluster
-        ? (this.client as Cluster).duplicate()
+        ? // A subscription asked for before the cluster is ready waits for it (each waiter has its own timeout).
+          (this.client as Cluster).duplicate([], { enableOfflineQueue: true })
         : (this.client as Redis).duplicate({
             lazyConnect: false,
             enableOfflineQueue: true,
