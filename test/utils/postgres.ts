@@ -106,6 +106,9 @@ export async function waitForLockWaiters(client: pg.Client, table: string, timeo
   let waiting = 0;
   while (waiting === 0 && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 50));
+    // Inside a transaction (the lock holder's own) the statistics views keep their first
+    // snapshot: drop it, or a waiter that arrives later is never seen.
+    await client.query('SELECT pg_stat_clear_snapshot()');
     const rows = await client.query(
       "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE $1 AND pid <> pg_backend_pid()",
       [`%${table}%`],

@@ -1,4 +1,5 @@
 import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown, Optional } from '@nestjs/common';
+import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
 import { Redis } from 'ioredis';
 import type { FastStoreConfig } from '../config/orders.config.js';
 import { redactUrl } from '../config/orders.config.js';
@@ -7,15 +8,12 @@ import { REDIS_CLIENT } from './redis.constants.js';
 const logger = new Logger('Redis');
 
 /**
- * Fails a command after one reconnection attempt instead of queueing it for ever: with Redis
- * down, callers (the health check, later the idempotency store) get an error quickly.
+ * With the idempotency store's fail-fast options: with Redis down or silent, callers (the health
+ * check, the idempotency store) get an error within two seconds instead of waiting for ever, and
+ * a write whose fate is unknown is never sent twice.
  */
 function createRedisClient(url: string): Redis {
-  const client = new Redis(url, {
-    maxRetriesPerRequest: 1,
-    connectTimeout: 2000,
-    retryStrategy: (attempt) => Math.min(attempt * 200, 2000),
-  });
+  const client = new Redis(url, REDIS_FAIL_FAST_OPTIONS);
   let lastError: string | undefined;
   client.on('ready', () => {
     lastError = undefined;
