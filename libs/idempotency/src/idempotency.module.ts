@@ -1,4 +1,5 @@
 import { Module } from '@nestjs/common';
+import { IdempotencyAdmin } from './admin/idempotency-admin.service.js';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './engine/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
@@ -18,7 +19,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
  * @publicApi
  */
 @Module({
-  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
-  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter],
+  providers: [settingsProvider, storeProvider, durableStoreProvider, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter, IdempotencyAdmin],
+  exports: [IDEMPOTENCY_SETTINGS, IdempotencyStore, DurableIdempotencyStore, IdempotencyService, IdempotencyReaper, IdempotencyInterceptor, IdempotencyProblemFilter, IdempotencyAdmin],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

@@ -28,7 +28,13 @@ export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } fr
 export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';
 export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
 export { newOwnerToken } from './engine/owner-token.js';
-export { IdempotencyStore, type ClaimRequest, type ClaimResult } from './stores/idempotency-store.js';
+export {
+  IdempotencyStore,
+  type ClaimRequest,
+  type ClaimResult,
+  type ForceDeleteScope,
+  type InProgressEntry,
+} from './stores/idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
 export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
 export * from './errors/idempotency.exceptions.js';
@@ -39,3 +45,4 @@ export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idem
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
+export * from './admin/index.js';
