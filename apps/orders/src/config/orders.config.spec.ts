@@ -32,7 +32,16 @@ describe('parseOrdersConfig', () => {
       logLevel: 'log',
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
       idempotencyLeaseMs: 30_000,
+      adminToken: undefined,
     });
+  });
+
+  it('reads ADMIN_TOKEN and refuses a short one or one with spaces, without echoing it', () => {
+    const token = 'adm_0123456789abcdef0123456789abcdef';
+    expect(parseOrdersConfig({ ADMIN_TOKEN: token }, '/srv/app').adminToken).toBe(token);
+    const problem = 'ADMIN_TOKEN must be at least 32 printable ASCII characters without spaces';
+    expect(problemsOf({ ADMIN_TOKEN: 'short-token' })).toEqual([problem]);
+    expect(problemsOf({ ADMIN_TOKEN: 'a token with spaces that is long enough' })).toEqual([problem]);
   });
 
   it('reads the queue settings and refuses bad ones', () => {

@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
+import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
 import { buildScopedKey } from '../engine/scoped-key.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import { resolvePolicy, type ResolvedModuleSettings } from '../idempotency.options.js';
@@ -46,6 +47,15 @@ export class IdempotencyAdmin {
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
     @Optional() @Inject(DurableIdempotencyStore) private readonly durableStore?: DurableIdempotencyStore | null,
   ) {}
+
+  /**
+   * Reads an `Idempotency-Key` field value as a client sent it (`"8e03…"` or a bare token) with
+   * the module-wide key rules, so an operator can paste it: the `key` of an
+   * {@link IdempotencyRecordRef} is the `key` of a `valid` result.
+   */
+  parseKeyField(value: string): ParsedKey {
+    return parseIdempotencyKey(value, resolvePolicy(this.settings.policyOptions));
+  }
 
   /**
    * The storage id of a record: computed from its scope parts as the engine does, or checked.
