@@ -1,9 +1,8 @@
 import { randomUUID } from 'node:crypto';
-import type { INestApplication } from '@nestjs/common';
 import { buildScopedKey, IdempotencyService, resolvePolicy, type IdempotencyClaim } from '@app/idempotency';
 import { send, type HttpResult } from '../utils/http.js';
-import { backends, type Backend } from './support/backends.js';
-import { startOrdersApp } from './support/orders-app.js';
+import { backends } from './support/backends.js';
+import { useOrdersApp } from './support/orders-app.js';
 import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
 import { RecordingLogger } from './support/recording-logger.js';
 
@@ -25,28 +24,17 @@ const [, embeddedBackend] = backends[1];
  * both tiers, lists stuck ones and force-releases one (audited, fencing its owner).
  */
 describe(`admin routes on ${serversName}`, () => {
-  let backend: Backend | undefined;
-  let app: INestApplication;
-  let url: string;
   const logger = new RecordingLogger();
-
-  beforeAll(async () => {
-    backend = await serversBackend();
-    ({ app, url } = await startOrdersApp({ ...backend.env, ADMIN_TOKEN: TOKEN }, logger));
-  });
-  afterAll(async () => {
-    await app?.close();
-    await backend?.tearDown();
-  });
+  const served = useOrdersApp(serversBackend, { ADMIN_TOKEN: TOKEN }, logger);
 
   const admin = (path: string, options: { method?: string; body?: unknown; headers?: Record<string, string> } = {}) =>
-    send(url, `/admin/idempotency${path}`, {
+    send(served.url, `/admin/idempotency${path}`, {
       method: options.method ?? 'GET',
       body: options.body,
       headers: { Authorization: `Bearer ${TOKEN}`, ...options.headers },
     });
   const createOrder = (tenantId: string, key: string, body = orderBody()) =>
-    send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
+    send(served.url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
   const expectProblem = (res: HttpResult, status: number, kind: string) => {
     expect(res.status).toBe(status);
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
@@ -56,7 +44,7 @@ describe(`admin routes on ${serversName}`, () => {
   const hangingClaim = async (tenantId: string, key: string): Promise<IdempotencyClaim> => {
     const scoped = buildScopedKey({ operation: OPERATION, tenant: tenantId, key }, ['tenant', 'operation']);
     const policy = resolvePolicy({ scope: ['tenant', 'operation'] }, { transactional: true, operation: OPERATION });
-    const begun = await app.get(IdempotencyService).begin({ scoped, fingerprint: 'hanging-handler', policy });
+    const begun = await served.app.get(IdempotencyService).begin({ scoped, fingerprint: 'hanging-handler', policy });
     if (begun.kind !== 'claimed') throw new Error(`expected a claim, got ${begun.kind}`);
     return begun.claim;
   };
@@ -71,7 +59,7 @@ describe(`admin routes on ${serversName}`, () => {
       for (const authorization of [undefined, `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${TOKEN}`, 'Bearer']) {
         const headers: Record<string, string> = { 'X-Tenant-ID': newTenant(), 'X-Admin-Actor': ACTOR };
         if (authorization !== undefined) headers.Authorization = authorization;
-        const res = await send(url, `/admin/idempotency${path}`, { method, body, headers });
+        const res = await send(served.url, `/admin/idempotency${path}`, { method, body, headers });
         expectProblem(res, 401, 'admin-unauthorized');
         expect(res.headers.get('www-authenticate')).toBe('Bearer realm="orders-admin"');
       }
@@ -81,13 +69,13 @@ describe(`admin routes on ${serversName}`, () => {
       const tenantId = newTenant();
       const key = randomUUID();
       const claim = await hangingClaim(tenantId, key);
-      const res = await send(url, '/admin/idempotency/records/release', {
+      const res = await send(served.url, '/admin/idempotency/records/release', {
         body: { operation: OPERATION, key, reason: 'no token' },
         headers: { 'X-Tenant-ID': tenantId, 'X-Admin-Actor': ACTOR },
       });
       expectProblem(res, 401, 'admin-unauthorized');
       expect((await createOrder(tenantId, key)).status).toBe(BLOCKED);
-      await app.get(IdempotencyService).abandon(claim);
+      await served.app.get(IdempotencyService).abandon(claim);
     });
   });
 
@@ -179,7 +167,7 @@ describe(`admin routes on ${serversName}`, () => {
       expect(audit[0]).not.toContain(key);
 
       // The frozen owner wakes up: its completion is refused by the fencing check.
-      const late = await app.get(IdempotencyService).finish(claim, { statusCode: 201, headers: {}, body: Buffer.from('{}') });
+      const late = await served.app.get(IdempotencyService).finish(claim, { statusCode: 201, headers: {}, body: Buffer.from('{}') });
       expect(late).toBe('lost');
       const fresh = await createOrder(tenantId, key);
       expect(fresh.status).toBe(201);
@@ -207,7 +195,7 @@ describe(`admin routes on ${serversName}`, () => {
       const again = await createOrder(tenantId, key, body);
       expectProblem(again, 409, 'payment-key-reused');
       expect(again.headers.get('idempotent-replayed')).toBeNull();
-      const orders = await send(url, '/orders', { method: 'GET', headers: { 'X-Tenant-ID': tenantId } });
+      const orders = await send(served.url, '/orders', { method: 'GET', headers: { 'X-Tenant-ID': tenantId } });
       expect(orders.json().map((order: { id: string }) => order.id)).toEqual([first.json().id]);
     });
 
@@ -220,26 +208,15 @@ describe(`admin routes on ${serversName}`, () => {
 });
 
 describe('admin routes without ADMIN_TOKEN', () => {
-  let backend: Backend | undefined;
-  let app: INestApplication;
-  let url: string;
-
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    ({ app, url } = await startOrdersApp(backend.env));
-  });
-  afterAll(async () => {
-    await app?.close();
-    await backend?.tearDown();
-  });
+  const served = useOrdersApp(embeddedBackend);
 
   it('do not exist: 404 problem, whatever token is sent', async () => {
     for (const path of ['/records?keyId=' + 'a'.repeat(32), '/in-progress']) {
-      const res = await send(url, `/admin/idempotency${path}`, { method: 'GET', headers: { Authorization: `Bearer ${TOKEN}` } });
+      const res = await send(served.url, `/admin/idempotency${path}`, { method: 'GET', headers: { Authorization: `Bearer ${TOKEN}` } });
       expect(res.status).toBe(404);
       expect(res.json()).toMatchObject({ type: `${PROBLEM_BASE}not-found` });
     }
-    const release = await send(url, '/admin/idempotency/records/release', { body: { keyId: 'a'.repeat(32), reason: 'x' } });
+    const release = await send(served.url, '/admin/idempotency/records/release', { body: { keyId: 'a'.repeat(32), reason: 'x' } });
     expect(release.status).toBe(404);
   });
 });

@@ -1,27 +1,15 @@
-import type { INestApplication } from '@nestjs/common';
 import { send } from '../utils/http.js';
-import { backends, type Backend } from './support/backends.js';
-import { startOrdersApp } from './support/orders-app.js';
+import { backends } from './support/backends.js';
+import { useOrdersApp } from './support/orders-app.js';
 
 const [embeddedName, embeddedBackend] = backends[1];
 
 /** `GET /docs` and `/docs-json` of the sample (Express): `@Idempotent()` documents itself. */
 describe(`OpenAPI document on ${embeddedName}`, () => {
-  let backend: Backend | undefined;
-  let app: INestApplication;
-  let url: string;
-
-  beforeAll(async () => {
-    backend = await embeddedBackend();
-    ({ app, url } = await startOrdersApp(backend.env));
-  });
-  afterAll(async () => {
-    await app?.close();
-    await backend?.tearDown();
-  });
+  const served = useOrdersApp(embeddedBackend);
 
   it('documents the required Idempotency-Key header and the problem responses of POST /orders', async () => {
-    const res = await send(url, '/docs-json', { method: 'GET' });
+    const res = await send(served.url, '/docs-json', { method: 'GET' });
     expect(res.status).toBe(200);
     const document = res.json();
     const create = document.paths['/orders'].post;
@@ -39,14 +27,14 @@ describe(`OpenAPI document on ${embeddedName}`, () => {
   });
 
   it('leaves routes without @Idempotent() alone', async () => {
-    const document = (await send(url, '/docs-json', { method: 'GET' })).json();
+    const document = (await send(served.url, '/docs-json', { method: 'GET' })).json();
     const list = document.paths['/orders'].get;
     expect((list.parameters ?? []).map((p: { name: string }) => p.name)).not.toContain('Idempotency-Key');
     expect(list.responses['422']).toBeUndefined();
   });
 
   it('serves Swagger UI at /docs without a tenant', async () => {
-    const res = await send(url, '/docs', { method: 'GET' });
+    const res = await send(served.url, '/docs', { method: 'GET' });
     expect(res.status).toBe(200);
     expect(res.headers.get('content-type')).toMatch(/^text\/html/);
     expect(res.text).toContain('swagger-ui');
