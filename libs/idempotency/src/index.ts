@@ -26,7 +26,14 @@ export { IdempotencyReaper } from './engine/idempotency-reaper.js';
 export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
 export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } from './engine/idempotency-key.parser.js';
 export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';
-export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
+export {
+  buildScopedKey,
+  derivedKey,
+  IdempotencyScopeError,
+  type ScopeDimension,
+  type ScopedKey,
+  type ScopeParts,
+} from './engine/scoped-key.js';
 export { newOwnerToken } from './engine/owner-token.js';
 export {
   IdempotencyStore,
