@@ -77,6 +77,11 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       expect(res.status).toBe(200);
       expect(res.body.status).toBe('ok');
       expect(res.body.details.database.status).toBe('up');
+      expect(res.body.details.idempotency).toEqual({
+        status: 'up',
+        fast: { status: 'up', latencyMs: expect.any(Number) },
+        durable: { status: 'up', latencyMs: expect.any(Number) },
+      });
       if (backend!.usesRedis) {
         expect(res.body.details.redis.status).toBe('up');
       } else {

@@ -224,9 +224,13 @@ describe('health when Redis is configured but down', () => {
       type: `${PROBLEM_BASE}health-check-failed`,
       title: 'Service unavailable',
       status: 503,
-      detail: 'Not answering: redis.',
+      detail: 'Not answering: idempotency, redis.',
       code: 'health_check_failed',
-      details: { database: { status: 'up' }, redis: { status: 'down' } },
+      details: {
+        database: { status: 'up' },
+        redis: { status: 'down' },
+        idempotency: { status: 'down', fast: { status: 'down' }, durable: { status: 'up' } },
+      },
     });
 
     // Without its fast store the idempotency layer fails closed: 503, and nothing is written.
@@ -257,6 +261,7 @@ describe('health when Redis is configured but down', () => {
     const down = await getJson(app.url, '/health');
     expect(down.status).toBe(503);
     expect(down.body.details.redis.status).toBe('down');
+    expect(down.body.details.idempotency.fast.status).toBe('down');
     expect(await app.stop()).toBe(0);
   });
 });

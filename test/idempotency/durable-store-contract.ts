@@ -967,6 +967,88 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
     });
 
     describeRowLocks(() => h, () => store, claimed);
+
+    describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
+      it('lists live in-progress rows created at least olderThanMs ago, oldest first, up to limit', async () => {
+        const oldest = newId();
+        const older = newId();
+        await claimed(oldest);
+        await sleep(5);
+        await claimed(older);
+        await completed(newId());
+        await claimed(newId(), { leaseMs: SHORT_MS / 2, ttlMs: SHORT_MS });
+        await sleep(250);
+        const young = newId();
+        await claimed(young);
+        const stale = await store.listInProgress(200, 10);
+        expect(stale.map((entry) => entry.key)).toEqual([oldest, older]);
+        for (const entry of stale) {
+          expect(entry.record.state).toBe('in_progress');
+          expect(entry.nowMs - entry.record.createdAtMs).toBeGreaterThanOrEqual(200);
+        }
+        expect((await store.listInProgress(0, 10)).map((entry) => entry.key)).toEqual([oldest, older, young]);
+        expect((await store.listInProgress(0, 1)).map((entry) => entry.key)).toEqual([oldest]);
+      });
+
+      it('refuses a negative age and a limit outside 1..1000', async () => {
+        await expect(store.listInProgress(-1, 10)).rejects.toThrow(RangeError);
+        await expect(store.listInProgress(0, 0)).rejects.toThrow(RangeError);
+        await expect(store.listInProgress(0, 1_001)).rejects.toThrow(RangeError);
+      });
+
+      it('force-deletes an in-progress row of any owner, and the fenced owner can no longer write or lock it', async () => {
+        const key = newId();
+        const record = await claimed(key);
+        expect(await h.anotherInstance().forceDelete(key, 'in-progress')).toBe(true);
+        expect(await store.get(key)).toBeUndefined();
+        expect(await store.complete(key, record.ownerToken, sampleResponse())).toBe(false);
+        expect(await store.extend(key, record.ownerToken, LONG_MS)).toBe(false);
+        expect(await store.release(key, record.ownerToken)).toBe(false);
+        const { work, calls } = countedWork(async () => undefined);
+        await expect(store.transaction(key, record.ownerToken, work)).rejects.toBeInstanceOf(IdempotencyClaimLostError);
+        expect(calls()).toBe(0);
+        expect((await store.claim(key, claimRequest())).kind).toBe('claimed');
+      });
+
+      it('leaves a completed row in place unless asked for any state', async () => {
+        const key = newId();
+        await completed(key);
+        expect(await store.forceDelete(key)).toBe(false);
+        expect((await store.get(key))?.state).toBe('completed');
+        expect(await store.forceDelete(key, 'any')).toBe(true);
+        expect(await store.get(key)).toBeUndefined();
+        expect(await h.countRows()).toBe(0);
+      });
+
+      it('answers false for an absent key and refuses an unknown scope', async () => {
+        expect(await store.forceDelete(newId(), 'any')).toBe(false);
+        await expect(store.forceDelete(newId(), 'everything' as never)).rejects.toThrow(TypeError);
+      });
+
+      it('row locks: refuses, after lockTimeoutMs, to delete a row a live transaction holds; exclusive: runs after it', async () => {
+        const key = newId();
+        const record = await claimed(key);
+        const locked = signal();
+        const running = store.transaction(key, record.ownerToken, async (transaction) => {
+          locked.fire();
+          await sleep(800);
+          expect(await store.complete(key, record.ownerToken, sampleResponse(), transaction)).toBe(true);
+        });
+        await locked.promise;
+        const deleting = h.anotherInstance({ lockTimeoutMs: 200 }).forceDelete(key);
+        if (h.locking === 'row-locks') {
+          await expectStoreError(deleting);
+        } else {
+          expect(await deleting).toBe(false);
+        }
+        await running;
+        expect((await store.get(key))?.state).toBe('completed');
+      });
+
+      it('answers a ping', async () => {
+        await expect(store.ping()).resolves.toBeUndefined();
+      });
+    });
   });
 }
 

@@ -6,8 +6,10 @@ import { join } from 'node:path';
 import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from '@app/idempotency';
 import {
+  AddIdempotencyRecordsInProgressIndex1764150000000,
   CreateIdempotencyRecords1764100000000,
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
+  IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
   IdempotencyRecordEntity,
@@ -272,7 +274,10 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     schema = await createThrowawaySchema('durable');
     dataSource = new DataSource(postgresOptions(schema));
     await dataSource.initialize();
-    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual(['CreateIdempotencyRecords1764100000000']);
+    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
+      'CreateIdempotencyRecords1764100000000',
+      'AddIdempotencyRecordsInProgressIndex1764150000000',
+    ]);
     await createBusinessTable(dataSource);
   });
 
@@ -311,8 +316,15 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
         `SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idempotency_records'`,
         [schema],
       );
-      expect(indexes.map((i) => i.indexname).sort()).toEqual([IDEMPOTENCY_RECORDS_EXPIRES_INDEX, 'PK_idempotency_records']);
+      expect(indexes.map((i) => i.indexname).sort()).toEqual([
+        IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
+        IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,
+        'PK_idempotency_records',
+      ]);
       expect(indexes.find((i) => i.indexname === IDEMPOTENCY_RECORDS_EXPIRES_INDEX)?.indexdef).toMatch(/\(expires_at_ms\)/);
+      expect(indexes.find((i) => i.indexname === IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX)?.indexdef).toMatch(
+        /\(state, created_at_ms\)/,
+      );
     });
 
     it('matches the entity: the schema builder finds nothing to change after the migration', async () => {
@@ -326,6 +338,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
       try {
         await other.initialize();
         await other.runMigrations();
+        await other.undoLastMigration();
         await other.undoLastMigration();
         const tables = await queryTestDatabase(
           `SELECT 1 FROM information_schema.tables WHERE table_schema = $1 AND table_name = 'idempotency_records'`,
@@ -519,7 +532,10 @@ describe.each([
   beforeAll(async () => {
     dataSource = new DataSource(sqljsOptions());
     await dataSource.initialize();
-    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual(['CreateIdempotencyRecords1764100000000']);
+    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
+      'CreateIdempotencyRecords1764100000000',
+      'AddIdempotencyRecordsInProgressIndex1764150000000',
+    ]);
     await createBusinessTable(dataSource);
   });
 
@@ -556,7 +572,11 @@ describe('TypeOrmIdempotencyStore on sql.js: specifics', () => {
     await expectEntityReadsStoredRecord(dataSource, SqliteIdempotencyRecordEntity);
   });
 
-  it('runs down (dropping the table) and up again', async () => {
+  it('runs down (dropping the index, then the table) and up again', async () => {
+    await dataSource.undoLastMigration();
+    expect(
+      await dataSource.query(`SELECT name FROM sqlite_master WHERE name = '${IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX}'`),
+    ).toEqual([]);
     await dataSource.undoLastMigration();
     expect(await dataSource.query(`SELECT name FROM sqlite_master WHERE name LIKE '%idempotency%'`)).toEqual([]);
     await dataSource.runMigrations();
@@ -689,6 +709,9 @@ describe('TypeORM entry point', () => {
     expect(idempotencyTypeOrmEntities('postgres')).toEqual([IdempotencyRecordEntity]);
     expect(idempotencyTypeOrmEntities('sqljs')).toEqual([SqliteIdempotencyRecordEntity]);
     expect(IDEMPOTENCY_TYPEORM_ENTITIES).toEqual([IdempotencyRecordEntity]);
-    expect(IDEMPOTENCY_TYPEORM_MIGRATIONS).toEqual([CreateIdempotencyRecords1764100000000]);
+    expect(IDEMPOTENCY_TYPEORM_MIGRATIONS).toEqual([
+      CreateIdempotencyRecords1764100000000,
+      AddIdempotencyRecordsInProgressIndex1764150000000,
+    ]);
   });
 });

@@ -715,5 +715,76 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         expect(await elapsed(() => store.waitForChange(key, 5_000))).toBeLessThan(PROMPT_MS);
       });
     });
+    describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
+      it('lists live in-progress records at least olderThanMs old by its clock, oldest first, up to limit', async () => {
+        const oldest = newId();
+        const older = newId();
+        await claimed(oldest);
+        await sleep(5);
+        await claimed(older);
+        await completed(newId());
+        await sleep(250);
+        const young = newId();
+        await claimed(young);
+        const stale = await store.listInProgress(200, 10);
+        expect(stale.map((entry) => entry.key)).toEqual([oldest, older]);
+        for (const entry of stale) {
+          expect(entry.record.state).toBe('in_progress');
+          expect(entry.nowMs - entry.record.createdAtMs).toBeGreaterThanOrEqual(200);
+        }
+        expect((await store.listInProgress(0, 10)).map((entry) => entry.key)).toEqual([oldest, older, young]);
+        expect((await store.listInProgress(0, 1)).map((entry) => entry.key)).toEqual([oldest]);
+      });
+
+      it('does not list expired records', async () => {
+        await claimed(newId(), { leaseMs: SHORT_MS / 2, ttlMs: SHORT_MS });
+        await sleep(SHORT_MS + CLOCK_SLACK_MS);
+        expect(await store.listInProgress(0, 10)).toEqual([]);
+      });
+
+      it('refuses a negative age and a limit outside 1..1000', async () => {
+        await expect(store.listInProgress(-1, 10)).rejects.toThrow(RangeError);
+        await expect(store.listInProgress(0, 0)).rejects.toThrow(RangeError);
+        await expect(store.listInProgress(0, 1_001)).rejects.toThrow(RangeError);
+      });
+
+      it('force-deletes an in-progress record of any owner, and the fenced owner can no longer write', async () => {
+        const key = newId();
+        const record = await claimed(key);
+        expect(await store.forceDelete(key, 'in-progress')).toBe(true);
+        expect(await store.get(key)).toBeUndefined();
+        expect(await store.complete(key, record.ownerToken, sampleResponse())).toBe(false);
+        expect(await store.extend(key, record.ownerToken, LONG_MS)).toBe(false);
+        expect(await store.release(key, record.ownerToken)).toBe(false);
+        expect(await store.get(key)).toBeUndefined();
+        expect((await store.claim(key, claimRequest())).kind).toBe('claimed');
+      });
+
+      it('leaves a completed record in place unless asked for any state', async () => {
+        const key = newId();
+        await completed(key);
+        expect(await store.forceDelete(key)).toBe(false);
+        expect(await store.forceDelete(key, 'in-progress')).toBe(false);
+        expect((await store.get(key))?.state).toBe('completed');
+        expect(await store.forceDelete(key, 'any')).toBe(true);
+        expect(await store.get(key)).toBeUndefined();
+      });
+
+      it('answers false for an absent key and refuses an unknown scope', async () => {
+        expect(await store.forceDelete(newId(), 'any')).toBe(false);
+        await expect(store.forceDelete(newId(), 'everything' as never)).rejects.toThrow(TypeError);
+      });
+
+      it('wakes the waiters of a force-deleted record', async () => {
+        const key = newId();
+        await claimed(key);
+        setTimeout(() => void store.forceDelete(key), 60);
+        expect(await elapsed(() => store.waitForChange(key, 10_000))).toBeLessThan(5_000);
+      });
+
+      it('answers a ping', async () => {
+        await expect(store.ping()).resolves.toBeUndefined();
+      });
+    });
   });
 }

@@ -4,6 +4,7 @@ import { IDEMPOTENCY_CORS } from '@app/idempotency';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';
+import { serveOpenApi } from './openapi.js';
 
 /** Response headers a browser may read: `Location` and the idempotency layer's own. */
 export const CORS_EXPOSED_HEADERS = [...new Set(['Location', ...IDEMPOTENCY_CORS.exposedHeaders])];
@@ -37,6 +38,7 @@ export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Pro
   app.useBodyParser('json', { strict: false });
   // Without `allowedHeaders`, preflights allow the headers they ask for, Idempotency-Key included.
   app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
+  serveOpenApi(app);
   new Logger('OrdersApp').log(describeBackends(config));
   return app;
 }

@@ -1,5 +1,6 @@
 import { type DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER, APP_GUARD, APP_PIPE } from '@nestjs/core';
+import { AdminModule } from './admin/admin.module.js';
 import { ProblemDetailsFilter } from './common/problem-details/problem-details.filter.js';
 import { TenantGuard } from './common/tenant/tenant.guard.js';
 import { OrdersValidationPipe } from './common/validation/validation.pipe.js';
@@ -34,6 +35,8 @@ export class AppModule {
         PaymentsModule,
         OrdersModule,
         WebhooksModule,
+        // Opt-in: without ADMIN_TOKEN the admin routes do not exist (404).
+        ...(config.adminToken !== undefined ? [AdminModule] : []),
       ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemDetailsFilter },

@@ -1,5 +1,6 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { IdempotencyAdmin } from './admin/idempotency-admin.service.js';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './engine/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
@@ -32,6 +33,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
     IdempotentRoutesValidator,
+    IdempotencyAdmin,
   ],
   exports: [
     IDEMPOTENCY_SETTINGS,
@@ -42,6 +44,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyInterceptor,
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
+    IdempotencyAdmin,
   ],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

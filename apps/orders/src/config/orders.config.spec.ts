@@ -33,6 +33,7 @@ describe('parseOrdersConfig', () => {
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
       idempotencyLeaseMs: 30_000,
       idempotencyEncryption: undefined,
+      adminToken: undefined,
     });
   });
 
@@ -51,6 +52,14 @@ describe('parseOrdersConfig', () => {
       'IDEMPOTENCY_ENCRYPTION_KEYS lists the key id "a" twice',
     ]);
     expect(problems.join(' ')).not.toContain(short);
+  });
+
+  it('reads ADMIN_TOKEN and refuses a short one or one with spaces, without echoing it', () => {
+    const token = 'adm_0123456789abcdef0123456789abcdef';
+    expect(parseOrdersConfig({ ADMIN_TOKEN: token }, '/srv/app').adminToken).toBe(token);
+    const problem = 'ADMIN_TOKEN must be at least 32 printable ASCII characters without spaces';
+    expect(problemsOf({ ADMIN_TOKEN: 'short-token' })).toEqual([problem]);
+    expect(problemsOf({ ADMIN_TOKEN: 'a token with spaces that is long enough' })).toEqual([problem]);
   });
 
   it('reads the queue settings and refuses bad ones', () => {

@@ -66,6 +66,8 @@ export interface OrdersConfig {
   idempotencyLeaseMs: number;
   /** Key ring sealing stored idempotency responses (first key active); unset: stored in clear. */
   idempotencyEncryption: IdempotencyEncryptionOptions | undefined;
+  /** Bearer token of the `/admin/idempotency` routes; unset: the routes do not exist (404). */
+  adminToken: string | undefined;
 }
 
 /** Thrown when the environment holds invalid values; the message lists every one of them. */
@@ -89,6 +91,7 @@ export const DEFAULT_OUTBOX_POLL_MS = 5_000;
 export const LOG_LEVELS_BY_SEVERITY: readonly LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 const MIN_WEBHOOK_SECRET_LENGTH = 16;
+const MIN_ADMIN_TOKEN_LENGTH = 32;
 
 /**
  * Reads and validates the configuration from `env` (pure: no I/O but resolving `DATA_DIR`
@@ -131,6 +134,11 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
   const webhookSecret = value('WEBHOOK_SECRET');
   if (webhookSecret !== undefined && webhookSecret.length < MIN_WEBHOOK_SECRET_LENGTH) {
     problems.push(`WEBHOOK_SECRET must be at least ${MIN_WEBHOOK_SECRET_LENGTH} characters long`);
+  }
+
+  const adminToken = value('ADMIN_TOKEN');
+  if (adminToken !== undefined && (adminToken.length < MIN_ADMIN_TOKEN_LENGTH || !/^[\x21-\x7e]+$/.test(adminToken))) {
+    problems.push(`ADMIN_TOKEN must be at least ${MIN_ADMIN_TOKEN_LENGTH} printable ASCII characters without spaces`);
   }
 
   const logLevel = (value('LOG_LEVEL') ?? 'log').toLowerCase();
@@ -182,6 +190,7 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     problemTypeBaseUri,
     idempotencyLeaseMs,
     idempotencyEncryption,
+    adminToken,
   };
 }
 

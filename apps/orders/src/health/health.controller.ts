@@ -7,6 +7,7 @@ import {
   HealthIndicatorService,
   TypeOrmHealthIndicator,
 } from '@nestjs/terminus';
+import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
 import { ProblemException } from '../common/problem-details/problem-details.js';
@@ -18,7 +19,8 @@ export const HEALTH_PING_TIMEOUT_MS = 1000;
 
 /**
  * `GET /health`: 200 `{"status":"ok","info":{...},"error":{},"details":{...}}` when the
- * database (and Redis, when configured) answer a ping; otherwise 503 with a
+ * database (and Redis, when configured) answer a ping and both idempotency tiers answer theirs
+ * (`idempotency`: fast and durable, with their latency); otherwise 503 with a
  * `health-check-failed` problem that carries Terminus' `info`, `error` and `details`.
  */
 @Controller('health')
@@ -28,6 +30,7 @@ export class HealthController {
     private readonly health: HealthCheckService,
     private readonly database: TypeOrmHealthIndicator,
     private readonly indicators: HealthIndicatorService,
+    private readonly idempotency: IdempotencyHealthIndicator,
     @InjectDataSource() private readonly dataSource: DataSource,
     @Optional() @Inject(REDIS_CLIENT) private readonly redis?: Redis,
   ) {}
@@ -37,6 +40,7 @@ export class HealthController {
   async check() {
     const checks: HealthIndicatorFunction[] = [
       () => this.database.pingCheck('database', { connection: this.dataSource, timeout: HEALTH_PING_TIMEOUT_MS }),
+      () => this.idempotency.isHealthy('idempotency', { timeoutMs: HEALTH_PING_TIMEOUT_MS }),
     ];
     const redis = this.redis;
     if (redis) {

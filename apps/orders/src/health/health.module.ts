@@ -1,9 +1,11 @@
 import { Module } from '@nestjs/common';
+import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
 import { TerminusModule } from '@nestjs/terminus';
 import { HealthController } from './health.controller.js';
 
 @Module({
   imports: [TerminusModule.forRoot({ errorLogStyle: 'pretty' })],
   controllers: [HealthController],
+  providers: [IdempotencyHealthIndicator],
 })
 export class HealthModule {}

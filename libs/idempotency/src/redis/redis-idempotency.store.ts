@@ -2,10 +2,18 @@ import type { OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { Redis, type Cluster, type RedisOptions } from 'ioredis';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { IdempotencyStore, type ClaimRequest, type ClaimResult } from '../stores/idempotency-store.js';
+import {
+  IdempotencyStore,
+  type ClaimRequest,
+  type ClaimResult,
+  type ForceDeleteScope,
+  type InProgressEntry,
+} from '../stores/idempotency-store.js';
 import {
   checkClaimRequest,
   checkDuration,
+  checkForceDeleteScope,
+  checkListArguments,
   checkRecord,
   checkResponse,
 } from '../stores/memory-idempotency.store.js';
@@ -13,7 +21,9 @@ import {
   CLAIM_SCRIPT,
   COMPLETE_SCRIPT,
   EXTEND_SCRIPT,
+  FORCE_DELETE_SCRIPT,
   GET_SCRIPT,
+  IN_PROGRESS_SCRIPT,
   RELEASE_SCRIPT,
   RESTORE_SCRIPT,
   TAKE_OVER_SCRIPT,
@@ -86,7 +96,12 @@ const SCRIPTS = {
   idempotencyExtend: EXTEND_SCRIPT,
   idempotencyGet: GET_SCRIPT,
   idempotencyRestore: RESTORE_SCRIPT,
+  idempotencyInProgress: IN_PROGRESS_SCRIPT,
+  idempotencyForceDelete: FORCE_DELETE_SCRIPT,
 } as const;
+
+/** Keys SCAN is asked to visit per call (a hint to the server, not a limit). */
+const SCAN_COUNT = 500;
 
 type Arg = string | Buffer | number;
 type Send = (key: string, ...args: Arg[]) => Promise<unknown>;
@@ -290,6 +305,38 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
   }
 
   /**
+   * SCANs the keys under the prefix (every master of a Cluster), asking each one's record with
+   * one small script that answers only in-progress records, and keeps the `limit` oldest. Its
+   * cost grows with the number of records under the prefix: an inspection tool, not a hot path.
+   */
+  override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
+    checkListArguments(olderThanMs, limit);
+    const found: InProgressEntry[] = [];
+    const nodes = this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+    for (const node of nodes) {
+      let cursor = '0';
+      do {
+        let keys: string[];
+        try {
+          [cursor, keys] = await node.scan(cursor, 'MATCH', `${escapeGlob(this.prefix)}:{*}`, 'COUNT', SCAN_COUNT);
+        } catch (error) {
+          throw this.failure('listInProgress (SCAN)', '*', error);
+        }
+        const entries = await Promise.all(keys.map((key) => this.inProgressEntry(key, olderThanMs)));
+        for (const entry of entries) if (entry) found.push(entry);
+        found.sort((a, b) => a.record.createdAtMs - b.record.createdAtMs).splice(limit);
+      } while (cursor !== '0');
+    }
+    return found;
+  }
+
+  override async forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
+    checkForceDeleteScope(scope);
+    const reply = await this.send('forceDelete', key, (run, k) => run.idempotencyForceDelete(k, scope, this.channelOf(key)));
+    return decodeFlagReply(reply, this.context('forceDelete', key));
+  }
+
+  /**
    * Resolves on the next `complete`, `release` or `takeOver` of `key` in any process (Redis
    * pub/sub), or after `timeoutMs`. Once subscribed, it reads the record once and resolves at
    * once when it is no longer in progress, so a change between the caller's read and the
@@ -322,6 +369,16 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
         if (record?.state !== 'in_progress') wake();
       });
     });
+  }
+
+  private async inProgressEntry(redisKey: string, olderThanMs: number): Promise<InProgressEntry | undefined> {
+    const id = redisKey.slice(this.prefix.length + 2, -1);
+    const reply = await this.send('listInProgress', id, (run, k) => run.idempotencyInProgressBuffer(k, olderThanMs));
+    if (reply === null) return undefined;
+    const context = this.context('listInProgress', id);
+    const values = expectArray(reply, 1 + RECORD_FIELDS, context);
+    const nowMs = expectInteger(values[0], 'the server time', context);
+    return { key: id, record: decodeRecord(values, 1, context), nowMs };
   }
 
   private keyOf(id: string): string {
@@ -425,6 +482,11 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
 }
 
 function ignore(): void {}
+
+/** Escapes the glob characters of SCAN MATCH. */
+function escapeGlob(text: string): string {
+  return text.replace(/[*?[\]\\]/g, '\\$&');
+}
 
 /** Statuses in which a connection has a socket whose end is worth waiting for. */
 const LIVE_STATUSES = new Set(['connecting', 'connect', 'ready']);

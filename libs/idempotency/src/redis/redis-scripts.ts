@@ -284,3 +284,46 @@ save(KEYS[1], { flags = tonumber(ARGV[1]), fencing = tonumber(ARGV[2]), created 
   owner = ARGV[8], headers = ARGV[9], body = ARGV[10] })
 return 1
 `;
+
+/**
+ * `inProgress`: the record when it is live, `in_progress` and at least ARGV[1] ms old by the
+ * Redis clock (for `listInProgress`, one call per scanned key: completed records and their
+ * bodies never leave the server).
+ *
+ * KEYS[1]  record key
+ * ARGV[1]  minimum age in ms (`now - createdAtMs`)
+ *
+ * Reply: `{nowMs, <record>}` | nil otherwise | error `IDEMPOTENCY_UNREADABLE`.
+ */
+export const IN_PROGRESS_SCRIPT = `${PRELUDE}
+local now = now_ms()
+local rec, err = load(KEYS[1], now)
+if err then return redis.error_reply(err) end
+if not rec or rec.flags ~= 0 or now - rec.created < tonumber(ARGV[1]) then return false end
+local reply = record_reply(rec)
+table.insert(reply, 1, now)
+return reply
+`;
+
+/**
+ * `forceDelete`: deletes the record whoever owns it (an operator's repair) and publishes
+ * `released`. With ARGV[1] = `in-progress` only a live `in_progress` record is deleted (a
+ * completed one keeps answering retries); with `any` the key goes whatever it holds, an
+ * unreadable value included.
+ *
+ * KEYS[1]  record key
+ * ARGV[1]  `in-progress` | `any`
+ * ARGV[2]  notification channel
+ *
+ * Reply: 1 deleted | 0 nothing to delete | error `IDEMPOTENCY_UNREADABLE` (`in-progress` only).
+ */
+export const FORCE_DELETE_SCRIPT = `${PRELUDE}
+if ARGV[1] == 'in-progress' then
+  local rec, err = load(KEYS[1], now_ms())
+  if err then return redis.error_reply(err) end
+  if not rec or rec.flags ~= 0 then return 0 end
+end
+local deleted = redis.call('DEL', KEYS[1])
+if deleted == 1 then redis.call('PUBLISH', ARGV[2], 'released') end
+return deleted
+`;

@@ -1,5 +1,5 @@
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { ClaimRequest, ClaimResult } from './idempotency-store.js';
+import { PING_PROBE_ID, unsupported, type ClaimRequest, type ClaimResult, type ForceDeleteScope, type InProgressEntry } from './idempotency-store.js';
 
 /**
  * A database transaction opened by the durable store for a `transactional` route. The handler
@@ -83,4 +83,35 @@ export abstract class DurableIdempotencyStore {
    * Safe to run on many instances at once (each row is deleted once; no instance waits on another).
    */
   abstract deleteExpired(batchSize: number, nowMs?: number): Promise<number>;
+
+  /**
+   * Up to `limit` live `in_progress` rows created at least `olderThanMs` ago (application clock),
+   * oldest first, by an indexed query. For inspection (`IdempotencyAdmin`), not the request path.
+   * The default reports that the store cannot list.
+   */
+  listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
+    void olderThanMs;
+    void limit;
+    return Promise.reject(unsupported(this, 'listInProgress'));
+  }
+
+  /**
+   * Deletes the row of `key` regardless of its owner (an operator's repair), in one statement
+   * guarded by `scope`. The owner, if it still runs, then fails its fencing check (`complete`,
+   * `release`, `extend` and `transaction` find no row of theirs). Returns true when it deleted a
+   * row. The default reports that the store cannot do it.
+   */
+  forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
+    void key;
+    void scope;
+    return Promise.reject(unsupported(this, 'forceDelete'));
+  }
+
+  /**
+   * Resolves when the database answers a trivial query, rejects with `IdempotencyStoreError`
+   * otherwise (for health checks). The default reads a row that never exists.
+   */
+  async ping(): Promise<void> {
+    await this.get(PING_PROBE_ID);
+  }
 }

@@ -1,5 +1,16 @@
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 
+/** A storage id no scoped key can have (ids are 32 hex characters): read by the default `ping()`. */
+export const PING_PROBE_ID = 'health-probe';
+
+/** @internal The error of an optional store operation a store does not implement. */
+export function unsupported(store: object, operation: string): Error {
+  return new TypeError(
+    `${store.constructor.name} does not implement ${operation}(): use a store of this library that does ` +
+      '(memory, Redis, TypeORM), or implement it in your store.',
+  );
+}
+
 /**
  * What a caller asks for when it claims a key.
  *
@@ -25,6 +36,28 @@ export interface ClaimRequest {
 export type ClaimResult =
   | { kind: 'claimed'; record: IdempotencyRecord }
   | { kind: 'existing'; record: IdempotencyRecord; nowMs: number };
+
+/**
+ * One `in_progress` record found by `listInProgress`: its storage id (a hash, never a raw key)
+ * and the record as the store holds it.
+ *
+ * @publicApi
+ */
+export interface InProgressEntry {
+  /** The storage id (`buildScopedKey().id`). */
+  key: string;
+  record: IdempotencyRecord;
+  /** The store's clock when it read the record, so ages are measured on one clock. */
+  nowMs: number;
+}
+
+/**
+ * Which records `forceDelete` may remove: `in-progress` leaves a completed record in place (its
+ * response must keep answering retries), `any` deletes whatever is there, unreadable values too.
+ *
+ * @publicApi
+ */
+export type ForceDeleteScope = 'in-progress' | 'any';
 
 /**
  * The fast-tier contract. Each method is one atomic operation (one Lua script in Redis); every
@@ -77,6 +110,38 @@ export abstract class IdempotencyStore {
    * record already exists for the key. Returns true when it wrote.
    */
   abstract restore(key: string, record: IdempotencyRecord): Promise<boolean>;
+
+  /**
+   * Up to `limit` live `in_progress` records whose age by the store's clock (`nowMs -
+   * createdAtMs`) is at least `olderThanMs`, oldest first when the store can sort (an index)
+   * and in scan order otherwise. For inspection (`IdempotencyAdmin`), not for the request path.
+   * The default reports that the store cannot list.
+   */
+  listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
+    void olderThanMs;
+    void limit;
+    return Promise.reject(unsupported(this, 'listInProgress'));
+  }
+
+  /**
+   * Deletes the record of `key` regardless of its owner (an operator's repair, audited by
+   * `IdempotencyAdmin`), atomically with the `scope` check, and wakes its waiters. An owner that
+   * still runs then fails its fencing check: its `complete`, `release` and `extend` answer false.
+   * Returns true when it deleted a record. The default reports that the store cannot do it.
+   */
+  forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
+    void key;
+    void scope;
+    return Promise.reject(unsupported(this, 'forceDelete'));
+  }
+
+  /**
+   * Resolves when the store answers a trivial request, rejects with `IdempotencyStoreError`
+   * otherwise (for health checks). The default reads a record that never exists.
+   */
+  async ping(): Promise<void> {
+    await this.get(PING_PROBE_ID);
+  }
 
   /**
    * Resolves when the record of `key` may have changed state (completed or released), or after

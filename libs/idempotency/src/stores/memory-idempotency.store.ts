@@ -1,6 +1,12 @@
 import type { OnApplicationShutdown } from '@nestjs/common';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { IdempotencyStore, type ClaimRequest, type ClaimResult } from './idempotency-store.js';
+import {
+  IdempotencyStore,
+  type ClaimRequest,
+  type ClaimResult,
+  type ForceDeleteScope,
+  type InProgressEntry,
+} from './idempotency-store.js';
 
 /**
  * Options of {@link MemoryIdempotencyStore}.
@@ -128,6 +134,29 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
     const now = Date.now();
     if (this.live(key, now) || record.expiresAtMs <= now) return false;
     this.write(key, copyRecord(record));
+    return true;
+  }
+
+  /** Oldest first. */
+  override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
+    checkListArguments(olderThanMs, limit);
+    const now = Date.now();
+    const entries: InProgressEntry[] = [];
+    for (const key of [...this.records.keys()]) {
+      const record = this.live(key, now);
+      if (record?.state === 'in_progress' && now - record.createdAtMs >= olderThanMs) {
+        entries.push({ key, record: copyRecord(record), nowMs: now });
+      }
+    }
+    return entries.sort((a, b) => a.record.createdAtMs - b.record.createdAtMs).slice(0, limit);
+  }
+
+  override async forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
+    checkForceDeleteScope(scope);
+    const existing = this.live(key, Date.now());
+    if (!existing || (scope === 'in-progress' && existing.state !== 'in_progress')) return false;
+    this.records.delete(key);
+    this.notify(key);
     return true;
   }
 
@@ -261,6 +290,26 @@ export function checkDuration(name: string, value: number): void {
 function checkText(name: string, value: string): void {
   if (typeof value !== 'string' || value.length === 0) {
     throw new TypeError(`${name} must be a non-empty string`);
+  }
+}
+
+/** Most records one `listInProgress` call returns: it is an inspection, not an export. */
+export const MAX_LIST_LIMIT = 1_000;
+
+/** @internal */
+export function checkListArguments(olderThanMs: number, limit: number): void {
+  if (!Number.isSafeInteger(olderThanMs) || olderThanMs < 0) {
+    throw new RangeError(`olderThanMs must be a non-negative integer number of milliseconds, got ${olderThanMs}`);
+  }
+  if (!Number.isSafeInteger(limit) || limit < 1 || limit > MAX_LIST_LIMIT) {
+    throw new RangeError(`limit must be an integer from 1 to ${MAX_LIST_LIMIT}, got ${limit}`);
+  }
+}
+
+/** @internal */
+export function checkForceDeleteScope(scope: ForceDeleteScope): void {
+  if (scope !== 'in-progress' && scope !== 'any') {
+    throw new TypeError(`scope must be 'in-progress' or 'any', got ${String(scope)}`);
   }
 }
 

@@ -1,4 +1,5 @@
 import { Table, TableIndex, type MigrationInterface, type QueryRunner, type TableColumnOptions } from 'typeorm';
+import { AddIdempotencyRecordsInProgressIndex1764150000000 } from './add-idempotency-in-progress-index.migration.js';
 import {
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
   IDEMPOTENCY_RECORDS_PRIMARY_KEY,
@@ -70,6 +71,7 @@ export class CreateIdempotencyRecords1764100000000 implements MigrationInterface
  *
  * @publicApi
  */
-export const IDEMPOTENCY_TYPEORM_MIGRATIONS: [typeof CreateIdempotencyRecords1764100000000] = [
-  CreateIdempotencyRecords1764100000000,
-];
+export const IDEMPOTENCY_TYPEORM_MIGRATIONS: [
+  typeof CreateIdempotencyRecords1764100000000,
+  typeof AddIdempotencyRecordsInProgressIndex1764150000000,
+] = [CreateIdempotencyRecords1764100000000, AddIdempotencyRecordsInProgressIndex1764150000000];

@@ -14,6 +14,9 @@ export const IDEMPOTENCY_RECORDS_TABLE = 'idempotency_records';
 /** Index on `expires_at_ms`, for the reaper (`deleteExpired`). @publicApi */
 export const IDEMPOTENCY_RECORDS_EXPIRES_INDEX = 'IDX_idempotency_records_expires';
 
+/** Index on `(state, created_at_ms)`, for `listInProgress` (the admin's stuck-records view). @publicApi */
+export const IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX = 'IDX_idempotency_records_in_progress';
+
 /** Primary key constraint on `key`. @publicApi */
 export const IDEMPOTENCY_RECORDS_PRIMARY_KEY = 'PK_idempotency_records';
 
@@ -127,6 +130,7 @@ abstract class IdempotencyRecordColumns {
  */
 @Entity({ name: IDEMPOTENCY_RECORDS_TABLE })
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
+@Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class IdempotencyRecordEntity extends IdempotencyRecordColumns {
   @Column({ name: 'response_body', type: 'bytea', nullable: true })
   responseBody!: Buffer | null;
@@ -140,6 +144,7 @@ export class IdempotencyRecordEntity extends IdempotencyRecordColumns {
  */
 @Entity({ name: IDEMPOTENCY_RECORDS_TABLE })
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
+@Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
   @Column({ name: 'response_body', type: 'blob', nullable: true, transformer: blobAsBuffer })
   responseBody!: Buffer | null;

@@ -6,6 +6,7 @@
 export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency.store.js';
 export {
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
+  IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,
   IDEMPOTENCY_RECORDS_PRIMARY_KEY,
   IDEMPOTENCY_RECORDS_TABLE,
   IDEMPOTENCY_TYPEORM_ENTITIES,
@@ -18,3 +19,4 @@ export {
   CreateIdempotencyRecords1764100000000,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
 } from './create-idempotency-records.migration.js';
+export { AddIdempotencyRecordsInProgressIndex1764150000000 } from './add-idempotency-in-progress-index.migration.js';

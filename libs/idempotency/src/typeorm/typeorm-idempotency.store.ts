@@ -8,8 +8,14 @@ import type {
   StoredResponse,
 } from '../interfaces/idempotency-record.interface.js';
 import { DurableIdempotencyStore, type DurableTransaction } from '../stores/durable-idempotency-store.js';
-import type { ClaimRequest, ClaimResult } from '../stores/idempotency-store.js';
-import { checkClaimRequest, checkDuration, checkResponse } from '../stores/memory-idempotency.store.js';
+import type { ClaimRequest, ClaimResult, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
+import {
+  checkClaimRequest,
+  checkDuration,
+  checkForceDeleteScope,
+  checkListArguments,
+  checkResponse,
+} from '../stores/memory-idempotency.store.js';
 import {
   IDEMPOTENCY_RECORDS_TABLE,
   isSupportedDataSourceType,
@@ -94,6 +100,9 @@ interface Statements {
   readonly release: string;
   readonly extend: string;
   readonly deleteExpired: string;
+  readonly listInProgress: string;
+  readonly forceDeleteInProgress: string;
+  readonly forceDeleteAny: string;
 }
 
 /**
@@ -141,6 +150,13 @@ function statementsFor(dialect: Dialect, table: string): Statements {
     deleteExpired:
       `DELETE FROM ${table} WHERE "key" IN (SELECT "key" FROM ${table} WHERE expires_at_ms <= $1 ` +
       `ORDER BY expires_at_ms LIMIT $2${rowLocks ? ' FOR UPDATE SKIP LOCKED' : ''})`,
+    // Served by the (state, created_at_ms) index.
+    listInProgress:
+      `SELECT "key", ${RECORD_COLUMNS} FROM ${table} ` +
+      `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= $1 AND expires_at_ms > $2 ORDER BY created_at_ms LIMIT $3`,
+    forceDeleteInProgress:
+      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > $2 RETURNING "key"`,
+    forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
   };
   if (dialect === 'postgres') return statements;
   return Object.fromEntries(
@@ -368,6 +384,40 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     return this.operation('deleteExpired', async (runner) =>
       affectedRows(await this.run(runner, this.sql.deleteExpired, [nowMs, batchSize])),
     );
+  }
+
+  /** Oldest first, through the `(state, created_at_ms)` index. */
+  override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
+    checkListArguments(olderThanMs, limit);
+    return this.operation('listInProgress', async (runner) => {
+      const now = Date.now();
+      const rows = (await this.run(runner, this.sql.listInProgress, [now - olderThanMs, now, limit])).records as Row[];
+      return rows.map((row) => ({ key: text(row, 'key'), record: decodeRecord(row), nowMs: now }));
+    });
+  }
+
+  /**
+   * One guarded DELETE. A row locked by a live `transaction()` (PostgreSQL) belongs to a handler
+   * that is still running: after `lockTimeoutMs` the call rejects with `IdempotencyStoreError`
+   * rather than wait for it, and deletes nothing.
+   */
+  override async forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
+    checkKey(key);
+    checkForceDeleteScope(scope);
+    return this.operation('forceDelete', async (runner) => {
+      const deleted =
+        scope === 'any'
+          ? await this.writeWaitingForLock(runner, this.sql.forceDeleteAny, [key])
+          : await this.writeWaitingForLock(runner, this.sql.forceDeleteInProgress, [key, Date.now()]);
+      if (deleted === 'locked') {
+        throw new IdempotencyStoreError(
+          `Durable idempotency store (${this.dialect}): forceDelete of ${key} waited ${this.lockTimeoutMs} ms for the ` +
+            'row lock of a running transaction: its handler is still at work. Retry once it has finished.',
+          'durable',
+        );
+      }
+      return deleted.length === 1;
+    });
   }
 
   /** `claim`, or with `expectedOwnerToken` `takeOver`: each attempt re-reads what it lost to. */

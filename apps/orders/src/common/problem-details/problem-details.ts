@@ -69,6 +69,12 @@ export const ORDERS_PROBLEMS = {
     status: 503,
     code: 'store_unavailable',
   },
+  adminUnauthorized: {
+    slug: 'admin-unauthorized',
+    title: 'Admin token is missing or invalid',
+    status: 401,
+    code: 'admin_unauthorized',
+  },
   healthCheckFailed: {
     slug: 'health-check-failed',
     title: 'Service unavailable',
