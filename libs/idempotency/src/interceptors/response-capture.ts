@@ -30,6 +30,12 @@ type End = (...args: unknown[]) => ServerResponse;
  */
 export class ResponseCapture {
   private headArgs?: Parameters<WriteHead>;
+  /**
+   * The `writeHead` call already passed on by an overflow. Node keeps headers given to
+   * `writeHead` out of `getHeaders()` when nothing was set before (Fastify sends them all that
+   * way), so the record would lose `Location` without it.
+   */
+  private flushedHeadArgs?: Parameters<WriteHead>;
   private chunks: Buffer[] = [];
   private size = 0;
   private overflowed = false;
@@ -125,8 +131,9 @@ export class ResponseCapture {
   private snapshot(): CapturedResponse {
     const headers: OutgoingHttpHeaders = { ...this.raw.getHeaders() };
     let statusCode = this.raw.statusCode;
-    if (this.headArgs) {
-      const [code, second, third] = this.headArgs as unknown as [number, unknown, unknown];
+    const headArgs = this.headArgs ?? this.flushedHeadArgs;
+    if (headArgs) {
+      const [code, second, third] = headArgs as unknown as [number, unknown, unknown];
       statusCode = code;
       const extra = typeof second === 'string' ? third : second;
       Object.assign(headers, normaliseHeaders(extra));
@@ -142,6 +149,7 @@ export class ResponseCapture {
   private flushHead(): void {
     if (this.headArgs) {
       (this.originalWriteHead as (...args: unknown[]) => unknown).apply(this.raw, this.headArgs);
+      this.flushedHeadArgs = this.headArgs;
       this.headArgs = undefined;
     }
   }
