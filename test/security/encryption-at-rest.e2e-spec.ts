@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { IdempotencyCipher, IdempotencyService, buildScopedKey, type IdempotencyEncryptionOptions } from '@app/idempotency';
+import { IdempotencyCipher, IdempotencyService, buildScopedKey, resolvePolicy, type IdempotencyEncryptionOptions } from '@app/idempotency';
 import { securityRecordId, startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
-import { send, type HttpResult } from '../utils/http.js';
+import { send, sleep, type HttpResult } from '../utils/http.js';
 import { openBackend, type Backend } from './support/backends.js';
 import { holding } from './support/stored-bytes.js';
 
@@ -141,6 +141,28 @@ describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on t
       const { app: plain } = await storeThenRestart(key, 'sealed', ringK1, undefined);
       expectUnreadable(await post(plain, key, 'sealed'));
       expect(plain.counter.runs).toBe(0);
+    });
+
+    it("staleLock: 'fail' stores its 500 idempotency-outcome-unknown sealed too, and replays it", async () => {
+      const app = await start(ringK1);
+      const service = app.app.get(IdempotencyService);
+      const policy = resolvePolicy({ leaseMs: 200, heartbeatMs: 100, ttlMs: 60_000, staleLock: 'fail' });
+      const scoped = buildScopedKey({ operation: 'security.stale', key: randomUUID() }, ['operation']);
+      const request = { scoped, fingerprint: 'same-payload', policy };
+      const first = await service.begin(request);
+      if (first.kind !== 'claimed') throw new Error(`expected a claim, got ${first.kind}`);
+      first.claim.stopHeartbeat(); // the process holding the claim froze
+      await sleep(policy.leaseMs + 100);
+
+      const recovered = await service.begin(request);
+      expect(recovered.kind).toBe('outcome-unknown');
+      const stored = await backend.stored([scoped.id]);
+      expect(stored).toHaveLength(1);
+      expect(holding(stored, 'outcome')).toEqual([]);
+      const replayed = await service.begin(request);
+      if (replayed.kind !== 'replay') throw new Error(`expected a replay, got ${replayed.kind}`);
+      expect(replayed.response.statusCode).toBe(500);
+      expect(JSON.parse(replayed.response.body!.toString('utf8')).code).toBe('idempotency_outcome_unknown');
     });
 
     it('run() values are sealed too, and replay decrypted', async () => {

@@ -10,7 +10,12 @@ import { holding } from './support/stored-bytes.js';
  * stored nor replayed, and the size limits hold. Responses are stored in clear here, so any
  * leak would be visible in the raw bytes.
  */
-describe.each(['memory', 'redis', 'postgres'] as const)('scoping and storage on the %s backend', (name) => {
+describe.each([
+  ['memory', 'express'],
+  ['redis', 'express'],
+  ['postgres', 'express'],
+  ['memory', 'fastify'],
+] as const)('scoping and storage on the %s backend (%s)', (name, platform) => {
   let backend: Backend;
   let close: (() => Promise<void>) | undefined;
   let fixture: SecurityApp;
@@ -34,7 +39,7 @@ describe.each(['memory', 'redis', 'postgres'] as const)('scoping and storage on 
 
   beforeAll(async () => {
     ({ backend, close } = await openBackend(name, 'sec-store'));
-    fixture = await startSecurityApp(backend.store(), { durableStore: backend.durableStore });
+    fixture = await startSecurityApp(backend.store(), { durableStore: backend.durableStore }, false, platform);
   });
   afterAll(async () => {
     await fixture?.app.close();

@@ -30,6 +30,12 @@ type End = (...args: unknown[]) => ServerResponse;
  */
 export class ResponseCapture {
   private headArgs?: Parameters<WriteHead>;
+  /**
+   * The `writeHead` call already passed on by an overflow. Node keeps headers given to
+   * `writeHead` out of `getHeaders()` when nothing was set before (Fastify sends them all that
+   * way), so the record would lose `Location` without it.
+   */
+  private flushedHeadArgs?: Parameters<WriteHead>;
   private chunks: Buffer[] = [];
   private size = 0;
   private overflowed = false;
@@ -130,23 +136,28 @@ export class ResponseCapture {
 
   private snapshot(): CapturedResponse {
     return {
-      statusCode: this.headArgs ? this.headArgs[0] : this.raw.statusCode,
+      statusCode: (this.headArgs ?? this.flushedHeadArgs)?.[0] ?? this.raw.statusCode,
       headers: { ...this.raw.getHeaders(), ...this.headersPassedToWriteHead() },
       body: this.overflowed ? undefined : Buffer.concat(this.chunks),
       bodyOmitted: this.overflowed,
     };
   }
 
-  /** `writeHead(status, [reason,] headers)`: the headers of a held call, lower-cased. */
+  /**
+   * `writeHead(status, [reason,] headers)`: the headers of the held (or already flushed) call,
+   * lower-cased. Node leaves them out of `getHeaders()`, and Fastify passes its headers this way.
+   */
   private headersPassedToWriteHead(): OutgoingHttpHeaders {
-    if (!this.headArgs) return {};
-    const [, second, third] = this.headArgs as unknown as [number, unknown, unknown];
+    const args = this.headArgs ?? this.flushedHeadArgs;
+    if (!args) return {};
+    const [, second, third] = args as unknown as [number, unknown, unknown];
     return normaliseHeaders(typeof second === 'string' ? third : second);
   }
 
   private flushHead(): void {
     if (this.headArgs) {
       (this.originalWriteHead as (...args: unknown[]) => unknown).apply(this.raw, this.headArgs);
+      this.flushedHeadArgs = this.headArgs;
       this.headArgs = undefined;
     }
   }
