@@ -139,7 +139,8 @@ describe(`admin routes on ${serversName}`, () => {
       const listed = await admin('/in-progress?olderThanMs=0&limit=1000');
       expect(listed.status).toBe(200);
       for (const tier of ['fast', 'durable'] as const) {
-        expect(listed.json()[tier].status).toBe('listed');
+        const { status, error } = listed.json()[tier];
+        expect({ tier, status, error }).toEqual({ tier, status: 'listed', error: undefined });
         const mine = listed.json()[tier].records.find((entry: { keyId: string }) => entry.keyId === keyId);
         expect(mine).toMatchObject({ keyId, record: { state: 'in_progress', ownerToken: claim.ownerToken, leaseLapsed: false } });
       }
