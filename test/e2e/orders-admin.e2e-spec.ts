@@ -79,6 +79,14 @@ describe(`admin routes on ${serversName}`, () => {
     });
   });
 
+  it('are documented in /docs-json with the bearer scheme and X-Admin-Actor', async () => {
+    const document = (await send(served.url, '/docs-json', { method: 'GET' })).json();
+    const release = document.paths['/admin/idempotency/records/release'].post;
+    expect(release.security).toEqual([{ 'admin-token': [] }]);
+    expect(release.parameters).toContainEqual(expect.objectContaining({ name: 'X-Admin-Actor', in: 'header', required: true }));
+    expect(document.components.securitySchemes['admin-token']).toMatchObject({ type: 'http', scheme: 'bearer' });
+  });
+
   describe('GET /admin/idempotency/records', () => {
     it('shows a completed record in both tiers, without the body unless asked', async () => {
       const tenantId = newTenant();
