@@ -79,6 +79,14 @@ describe(`admin routes on ${serversName}`, () => {
     });
   });
 
+  it('are documented in /docs-json with the bearer scheme and X-Admin-Actor', async () => {
+    const document = (await send(served.url, '/docs-json', { method: 'GET' })).json();
+    const release = document.paths['/admin/idempotency/records/release'].post;
+    expect(release.security).toEqual([{ 'admin-token': [] }]);
+    expect(release.parameters).toContainEqual(expect.objectContaining({ name: 'X-Admin-Actor', in: 'header', required: true }));
+    expect(document.components.securitySchemes['admin-token']).toMatchObject({ type: 'http', scheme: 'bearer' });
+  });
+
   describe('GET /admin/idempotency/records', () => {
     it('shows a completed record in both tiers, without the body unless asked', async () => {
       const tenantId = newTenant();
@@ -139,7 +147,8 @@ describe(`admin routes on ${serversName}`, () => {
       const listed = await admin('/in-progress?olderThanMs=0&limit=1000');
       expect(listed.status).toBe(200);
       for (const tier of ['fast', 'durable'] as const) {
-        expect(listed.json()[tier].status).toBe('listed');
+        const { status, error } = listed.json()[tier];
+        expect({ tier, status, error }).toEqual({ tier, status: 'listed', error: undefined });
         const mine = listed.json()[tier].records.find((entry: { keyId: string }) => entry.keyId === keyId);
         expect(mine).toMatchObject({ keyId, record: { state: 'in_progress', ownerToken: claim.ownerToken, leaseLapsed: false } });
       }

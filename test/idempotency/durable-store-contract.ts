@@ -8,6 +8,7 @@ import {
   type IdempotencyRecord,
   type StoredResponse,
 } from '@app/idempotency';
+import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
  * The durable-tier contract (`DurableIdempotencyStore`, DESIGN "Durable tier" and "The flow of one
@@ -697,6 +698,15 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         },
       );
 
+      it('are left out of listInProgress, which still lists the readable rows', async () => {
+        const damaged = newId();
+        const readable = newId();
+        await claimed(damaged);
+        await claimed(readable);
+        await h.damage(damaged, 'fencing token 0');
+        expect((await store.listInProgress(0, 10)).map((entry) => entry.key)).toEqual([readable]);
+      });
+
       it('names the problem and what to do in the message, without the row content', async () => {
         const key = newId();
         await claimed(key);
@@ -970,30 +980,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
 
     describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
       it('lists live in-progress rows created at least olderThanMs ago, oldest first, up to limit', async () => {
-        const oldest = newId();
-        const older = newId();
-        await claimed(oldest);
-        await sleep(5);
-        await claimed(older);
-        await completed(newId());
-        await claimed(newId(), { leaseMs: SHORT_MS / 2, ttlMs: SHORT_MS });
-        await sleep(250);
-        const young = newId();
-        await claimed(young);
-        const stale = await store.listInProgress(200, 10);
-        expect(stale.map((entry) => entry.key)).toEqual([oldest, older]);
-        for (const entry of stale) {
-          expect(entry.record.state).toBe('in_progress');
-          expect(entry.nowMs - entry.record.createdAtMs).toBeGreaterThanOrEqual(200);
-        }
-        expect((await store.listInProgress(0, 10)).map((entry) => entry.key)).toEqual([oldest, older, young]);
-        expect((await store.listInProgress(0, 1)).map((entry) => entry.key)).toEqual([oldest]);
-      });
-
-      it('refuses a negative age and a limit outside 1..1000', async () => {
-        await expect(store.listInProgress(-1, 10)).rejects.toThrow(RangeError);
-        await expect(store.listInProgress(0, 0)).rejects.toThrow(RangeError);
-        await expect(store.listInProgress(0, 1_001)).rejects.toThrow(RangeError);
+        await expectListingOldestFirst(store, { newId, claimed, completed });
       });
 
       it('force-deletes an in-progress row of any owner, and the fenced owner can no longer write or lock it', async () => {
@@ -1020,11 +1007,6 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await h.countRows()).toBe(0);
       });
 
-      it('answers false for an absent key and refuses an unknown scope', async () => {
-        expect(await store.forceDelete(newId(), 'any')).toBe(false);
-        await expect(store.forceDelete(newId(), 'everything' as never)).rejects.toThrow(TypeError);
-      });
-
       it('row locks: refuses, after lockTimeoutMs, to delete a row a live transaction holds; exclusive: runs after it', async () => {
         const key = newId();
         const record = await claimed(key);
@@ -1045,8 +1027,8 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect((await store.get(key))?.state).toBe('completed');
       });
 
-      it('answers a ping', async () => {
-        await expect(store.ping()).resolves.toBeUndefined();
+      it('refuses a negative age, a limit outside 1..1000 and an unknown scope; false for an absent key; answers a ping', async () => {
+        await expectInspectionBasics(store, newId());
       });
     });
   });

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '@app/idempotency';
+import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
  * The fast-tier contract (`IdempotencyStore`, DESIGN "The record and its states"), as a suite any
@@ -717,35 +718,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
     });
     describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
       it('lists live in-progress records at least olderThanMs old by its clock, oldest first, up to limit', async () => {
-        const oldest = newId();
-        const older = newId();
-        await claimed(oldest);
-        await sleep(5);
-        await claimed(older);
-        await completed(newId());
-        await sleep(250);
-        const young = newId();
-        await claimed(young);
-        const stale = await store.listInProgress(200, 10);
-        expect(stale.map((entry) => entry.key)).toEqual([oldest, older]);
-        for (const entry of stale) {
-          expect(entry.record.state).toBe('in_progress');
-          expect(entry.nowMs - entry.record.createdAtMs).toBeGreaterThanOrEqual(200);
-        }
-        expect((await store.listInProgress(0, 10)).map((entry) => entry.key)).toEqual([oldest, older, young]);
-        expect((await store.listInProgress(0, 1)).map((entry) => entry.key)).toEqual([oldest]);
-      });
-
-      it('does not list expired records', async () => {
-        await claimed(newId(), { leaseMs: SHORT_MS / 2, ttlMs: SHORT_MS });
-        await sleep(SHORT_MS + CLOCK_SLACK_MS);
-        expect(await store.listInProgress(0, 10)).toEqual([]);
-      });
-
-      it('refuses a negative age and a limit outside 1..1000', async () => {
-        await expect(store.listInProgress(-1, 10)).rejects.toThrow(RangeError);
-        await expect(store.listInProgress(0, 0)).rejects.toThrow(RangeError);
-        await expect(store.listInProgress(0, 1_001)).rejects.toThrow(RangeError);
+        await expectListingOldestFirst(store, { newId, claimed, completed });
       });
 
       it('force-deletes an in-progress record of any owner, and the fenced owner can no longer write', async () => {
@@ -770,11 +743,6 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         expect(await store.get(key)).toBeUndefined();
       });
 
-      it('answers false for an absent key and refuses an unknown scope', async () => {
-        expect(await store.forceDelete(newId(), 'any')).toBe(false);
-        await expect(store.forceDelete(newId(), 'everything' as never)).rejects.toThrow(TypeError);
-      });
-
       it('wakes the waiters of a force-deleted record', async () => {
         const key = newId();
         await claimed(key);
@@ -782,8 +750,8 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         expect(await elapsed(() => store.waitForChange(key, 10_000))).toBeLessThan(5_000);
       });
 
-      it('answers a ping', async () => {
-        await expect(store.ping()).resolves.toBeUndefined();
+      it('refuses a negative age, a limit outside 1..1000 and an unknown scope; false for an absent key; answers a ping', async () => {
+        await expectInspectionBasics(store, newId());
       });
     });
   });

@@ -245,6 +245,7 @@ describe('RedisIdempotencyStore', () => {
         ['complete', () => store.complete(id, newToken(), sampleResponse())],
         ['release', () => store.release(id, newToken())],
         ['extend', () => store.extend(id, newToken(), 1_000)],
+        ['forceDelete (in-progress)', () => store.forceDelete(id, 'in-progress')],
         [
           'restore',
           () =>
@@ -269,6 +270,19 @@ describe('RedisIdempotencyStore', () => {
         expect((error as Error).message).toContain(key);
       }
       expect(await redis.dumpBuffer(key)).toEqual(before);
+    });
+
+    it('listInProgress skips every unreadable value and still lists the readable records; forceDelete any removes one', async () => {
+      const ids = cases.map(() => newId());
+      for (const [index, [, write]] of cases.entries()) await write(`${prefix}:{${ids[index]}}`);
+      const readable = newId();
+      await store.claim(readable, claimRequest());
+      // (rawRecord() leaves readable records of its own under the prefix too.)
+      const listed = (await store.listInProgress(0, 100)).map((entry) => entry.key);
+      expect(listed).toContain(readable);
+      expect(listed.filter((key) => ids.includes(key))).toEqual([]);
+      expect(await store.forceDelete(ids[0], 'any')).toBe(true);
+      expect(await redis.exists(`${prefix}:{${ids[0]}}`)).toBe(0);
     });
 
     it('says what to do about an unreadable record', async () => {

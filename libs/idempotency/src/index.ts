@@ -26,22 +26,9 @@ export { IdempotencyReaper } from './engine/idempotency-reaper.js';
 export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
 export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } from './engine/idempotency-key.parser.js';
 export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';
-export {
-  buildScopedKey,
-  derivedKey,
-  IdempotencyScopeError,
-  type ScopeDimension,
-  type ScopedKey,
-  type ScopeParts,
-} from './engine/scoped-key.js';
+export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
 export { newOwnerToken } from './engine/owner-token.js';
-export {
-  IdempotencyStore,
-  type ClaimRequest,
-  type ClaimResult,
-  type ForceDeleteScope,
-  type InProgressEntry,
-} from './stores/idempotency-store.js';
+export { IdempotencyStore, type ClaimRequest, type ClaimResult } from './stores/idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
 export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
 export * from './errors/idempotency.exceptions.js';
@@ -56,3 +43,5 @@ export * from './consumers/index.js';
 export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
 export * from './telemetry/index.js';
 export * from './admin/index.js';
+export { IdempotencyScopeError } from './engine/scoped-key.js';
+export type { ForceDeleteScope, InProgressEntry } from './stores/idempotency-store.js';

@@ -1,4 +1,5 @@
 import { Body, Controller, Get, Headers, HttpCode, Post, Query, UseGuards } from '@nestjs/common';
+import { ApiBearerAuth, ApiHeader, ApiTags, ApiUnauthorizedResponse } from '@nestjs/swagger';
 import {
   IdempotencyAdmin,
   type IdempotencyForceReleaseResult,
@@ -21,6 +22,9 @@ import { recordRefOf } from './record-ref.js';
 @Controller('admin/idempotency')
 @SkipTenant()
 @UseGuards(AdminTokenGuard)
+@ApiTags('admin')
+@ApiBearerAuth('admin-token')
+@ApiUnauthorizedResponse({ description: 'No `Authorization: Bearer <ADMIN_TOKEN>`: `admin-unauthorized` problem.' })
 export class AdminIdempotencyController {
   constructor(private readonly admin: IdempotencyAdmin) {}
 
@@ -46,6 +50,7 @@ export class AdminIdempotencyController {
    */
   @Post('records/release')
   @HttpCode(200)
+  @ApiHeader({ name: 'X-Admin-Actor', required: true, description: 'Who releases, for the audit log.' })
   async release(
     @Body() body: ReleaseRecordDto,
     @Headers(TENANT_HEADER) tenant: string | undefined,

@@ -306,8 +306,9 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
 
   /**
    * SCANs the keys under the prefix (every master of a Cluster), asking each one's record with
-   * one small script that answers only in-progress records, and keeps the `limit` oldest. Its
-   * cost grows with the number of records under the prefix: an inspection tool, not a hot path.
+   * one small script that answers only in-progress records, and keeps the `limit` oldest. A value
+   * it cannot read is skipped (`get` of it says why). Its cost grows with the number of records
+   * under the prefix: an inspection tool, not a hot path.
    */
   override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
     checkListArguments(olderThanMs, limit);
@@ -371,9 +372,17 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     });
   }
 
+  /** The entry of one scanned key; undefined when it is not a listable record (an unreadable value is skipped). */
   private async inProgressEntry(redisKey: string, olderThanMs: number): Promise<InProgressEntry | undefined> {
     const id = redisKey.slice(this.prefix.length + 2, -1);
-    const reply = await this.send('listInProgress', id, (run, k) => run.idempotencyInProgressBuffer(k, olderThanMs));
+    let reply: unknown;
+    try {
+      reply = await this.send('listInProgress', id, (run, k) => run.idempotencyInProgressBuffer(k, olderThanMs));
+    } catch (error) {
+      const cause = (error as { cause?: unknown }).cause;
+      if (cause instanceof Error && cause.message.startsWith('IDEMPOTENCY_UNREADABLE')) return undefined;
+      throw error;
+    }
     if (reply === null) return undefined;
     const context = this.context('listInProgress', id);
     const values = expectArray(reply, 1 + RECORD_FIELDS, context);

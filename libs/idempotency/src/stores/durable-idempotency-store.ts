@@ -86,12 +86,11 @@ export abstract class DurableIdempotencyStore {
 
   /**
    * Up to `limit` live `in_progress` rows created at least `olderThanMs` ago (application clock),
-   * oldest first, by an indexed query. For inspection (`IdempotencyAdmin`), not the request path.
+   * oldest first, by an indexed query; a row the store cannot read is skipped (a `get` of it
+   * reports why). For inspection (`IdempotencyAdmin`), not the request path.
    * The default reports that the store cannot list.
    */
-  listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
-    void olderThanMs;
-    void limit;
+  listInProgress(_olderThanMs: number, _limit: number): Promise<InProgressEntry[]> {
     return Promise.reject(unsupported(this, 'listInProgress'));
   }
 
@@ -101,9 +100,7 @@ export abstract class DurableIdempotencyStore {
    * `release`, `extend` and `transaction` find no row of theirs). Returns true when it deleted a
    * row. The default reports that the store cannot do it.
    */
-  forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
-    void key;
-    void scope;
+  forceDelete(_key: string, _scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
     return Promise.reject(unsupported(this, 'forceDelete'));
   }
 

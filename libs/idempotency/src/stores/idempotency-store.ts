@@ -114,12 +114,11 @@ export abstract class IdempotencyStore {
   /**
    * Up to `limit` live `in_progress` records whose age by the store's clock (`nowMs -
    * createdAtMs`) is at least `olderThanMs`, oldest first when the store can sort (an index)
-   * and in scan order otherwise. For inspection (`IdempotencyAdmin`), not for the request path.
+   * and in scan order otherwise; a record the store cannot read is skipped (a `get` of it reports
+   * why). For inspection (`IdempotencyAdmin`), not for the request path.
    * The default reports that the store cannot list.
    */
-  listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
-    void olderThanMs;
-    void limit;
+  listInProgress(_olderThanMs: number, _limit: number): Promise<InProgressEntry[]> {
     return Promise.reject(unsupported(this, 'listInProgress'));
   }
 
@@ -129,9 +128,7 @@ export abstract class IdempotencyStore {
    * still runs then fails its fencing check: its `complete`, `release` and `extend` answer false.
    * Returns true when it deleted a record. The default reports that the store cannot do it.
    */
-  forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
-    void key;
-    void scope;
+  forceDelete(_key: string, _scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
     return Promise.reject(unsupported(this, 'forceDelete'));
   }
 

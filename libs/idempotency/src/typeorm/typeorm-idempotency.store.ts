@@ -386,13 +386,16 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     );
   }
 
-  /** Oldest first, through the `(state, created_at_ms)` index. */
+  /** Oldest first, through the `(state, created_at_ms)` index. A row it cannot read is skipped (`get` of it says why). */
   override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
     checkListArguments(olderThanMs, limit);
     return this.operation('listInProgress', async (runner) => {
       const now = Date.now();
       const rows = (await this.run(runner, this.sql.listInProgress, [now - olderThanMs, now, limit])).records as Row[];
-      return rows.map((row) => ({ key: text(row, 'key'), record: decodeRecord(row), nowMs: now }));
+      return rows.flatMap((row) => {
+        const entry = readableEntry(row, now);
+        return entry ? [entry] : [];
+      });
     });
   }
 
@@ -764,6 +767,16 @@ function decodeRecord(row: Row): IdempotencyRecord {
     ...(omitted && { bodyOmitted: true }),
   };
   return record;
+}
+
+/** The listing entry of a row, or undefined when the row cannot be read. */
+function readableEntry(row: Row, nowMs: number): InProgressEntry | undefined {
+  try {
+    return { key: text(row, 'key'), record: decodeRecord(row), nowMs };
+  } catch (error) {
+    if (error instanceof IdempotencyStoreError) return undefined;
+    throw error;
+  }
 }
 
 function sqlState(error: unknown): string | undefined {
