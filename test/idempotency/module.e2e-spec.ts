@@ -123,6 +123,26 @@ describe('IdempotencyModule registration', () => {
     }
   });
 
+  it('a replay carries the CORS headers computed for its own Origin, not the stored ones', async () => {
+    @Module({ imports: [IdempotencyModule.forRoot({})], controllers: [PingController] })
+    class CorsApp {}
+    const app = await NestFactory.create(CorsApp, { rawBody: true, logger: false });
+    app.enableCors({ origin: ['https://a.example', 'https://b.example'] });
+    await app.listen(0, '127.0.0.1');
+    const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    try {
+      const key = randomUUID();
+      const first = await send(url, '/ping', { key, headers: { Origin: 'https://a.example' } });
+      const retry = await send(url, '/ping', { key, headers: { Origin: 'https://b.example' } });
+      expect(first.headers.get('access-control-allow-origin')).toBe('https://a.example');
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(retry.json()).toEqual(first.json());
+      expect(retry.headers.get('access-control-allow-origin')).toBe('https://b.example');
+    } finally {
+      await app.close();
+    }
+  });
+
   it('a configuration that cannot keep the contract fails at startup with a clear error', async () => {
     @Module({ imports: [IdempotencyModule.forRoot({ ttlMs: 1000, leaseMs: 30_000 })], controllers: [PingController] })
     class BadTtl {}

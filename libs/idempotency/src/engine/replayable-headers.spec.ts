@@ -3,6 +3,20 @@ import { replayableHeaders } from './replayable-headers.js';
 describe('replayableHeaders (CONTRACT B.8)', () => {
   const own = new Set(['idempotency-key', 'idempotent-replayed']);
 
+  it('rule 21 (our addition): drops the CORS response headers, which the CORS layer computes for each request', () => {
+    const kept = replayableHeaders(
+      {
+        'Access-Control-Allow-Origin': 'https://a.example',
+        'Access-Control-Allow-Credentials': 'true',
+        'Access-Control-Expose-Headers': 'Location',
+        Vary: 'Origin',
+        Location: '/orders/1',
+      },
+      own,
+    );
+    expect(kept).toEqual({ vary: 'Origin', location: '/orders/1' });
+  });
+
   it('rule 21: drops hop-by-hop headers, Date, Content-Length, Set-Cookie and telemetry', () => {
     const kept = replayableHeaders(
       {

@@ -2,7 +2,10 @@
  * Response headers that are never stored nor replayed (CONTRACT B.8 rule 21): hop-by-hop
  * headers, `Date` and `Content-Length` (regenerated), `Set-Cookie` (security state), and
  * per-request telemetry. The library's own headers are removed by the caller, which knows
- * the configured names.
+ * the configured names. CORS response headers (`Access-Control-*`) are per request too: the
+ * CORS layer computes them for each request's `Origin`, and a stored
+ * `Access-Control-Allow-Origin` replayed to another origin would make the browser refuse the
+ * answer (our addition to the rule 21 list).
  */
 const DENIED = new Set([
   'connection',
@@ -23,7 +26,13 @@ const DENIED = new Set([
 ]);
 
 function isDenied(name: string, own: ReadonlySet<string>): boolean {
-  return DENIED.has(name) || own.has(name) || name.startsWith('ratelimit') || name.startsWith('x-ratelimit-');
+  return (
+    DENIED.has(name) ||
+    own.has(name) ||
+    name.startsWith('ratelimit') ||
+    name.startsWith('x-ratelimit-') ||
+    name.startsWith('access-control-')
+  );
 }
 
 /**
