@@ -47,8 +47,11 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
     };
 
     // fresh: claim (fast claim, then the durable row), the transaction (handler and durable
-    // completion inside it, so they commit together), then the fast tier follows
-    expect(tracing.childrenOf(fresh)).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
+    // completion inside it, so they commit together), then the fast tier follows. On the embedded
+    // defaults the order.created consumer may run in-process, inside this request's context: its
+    // `idempotency.run` span (and all of its phases) may then hang under this request too.
+    const ownChildren = tracing.childrenOf(fresh).filter((name) => name !== IDEMPOTENCY_SPANS.run);
+    expect(ownChildren).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
     const claim = only(IDEMPOTENCY_SPANS.claim, fresh);
     expect(tracing.childrenOf(claim)).toEqual(['idempotency.durable.claim', 'idempotency.fast.claim']);
     expect(claim.attributes).toMatchObject({ 'idempotency.operation': 'orders.create', 'idempotency.tenant': tenant, 'idempotency.outcome': 'claimed' });
@@ -65,5 +68,24 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
     expect(claim.spanContext().traceId).toBe(fresh.spanContext().traceId);
     expect(only(IDEMPOTENCY_SPANS.claim, replay).attributes['idempotency.key_hash']).toBe(claim.attributes['idempotency.key_hash']);
     expect(JSON.stringify(finished.map((span) => span.attributes))).not.toContain(key);
+  });
+
+  it('groups the phases of a run() (the order.created consumer) under one idempotency.run span', async () => {
+    const runs = () =>
+      tracing.spans
+        .getFinishedSpans()
+        .filter((span) => span.name === IDEMPOTENCY_SPANS.run && span.attributes['idempotency.operation'] === 'notifications.order-created');
+    const before = runs().length;
+    const res = await http.post('/orders').set('X-Tenant-ID', newTenant()).set('Idempotency-Key', randomUUID()).set('Content-Type', 'application/json').send(orderBody());
+    expect(res.status).toBe(201);
+    const deadline = Date.now() + 15_000;
+    while (runs().length === before && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+    const run = runs()[before];
+    // A root span in the BullMQ worker; under the request when the consumer runs in-process.
+    expect(tracing.childrenOf(run)).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
+    const inRun = (name: string) => tracing.spans.getFinishedSpans().find((span) => span.name === name && tracing.parentOf(span) === run)!;
+    expect(tracing.childrenOf(inRun(IDEMPOTENCY_SPANS.claim))).toEqual(['idempotency.durable.claim', 'idempotency.fast.claim']);
+    expect(tracing.childrenOf(inRun('idempotency.durable.transaction'))).toEqual(['idempotency.durable.complete', IDEMPOTENCY_SPANS.handler]);
+    expect(run.attributes).toMatchObject({ 'idempotency.outcome': 'fresh' });
   });
 });

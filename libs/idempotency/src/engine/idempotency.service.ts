@@ -258,7 +258,11 @@ export class IdempotencyService implements OnApplicationShutdown {
    * @example
    * const { status } = await idempotency.run({ operation: 'mailer.order-created', key: event.id }, () => mailer.send(event));
    */
-  async run<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+  run<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+    return this.telemetry.observeRun(request, () => this.runOnce(request, fn));
+  }
+
+  private async runOnce<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
     const policy = resolvePolicy(this.settings.policyOptions, request.options);
     const scope: ScopeDimension[] = ['operation'];
     if (request.tenant !== undefined) scope.push('tenant');

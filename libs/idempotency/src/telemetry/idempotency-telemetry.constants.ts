@@ -43,6 +43,8 @@ export const IDEMPOTENCY_METRICS = {
  * @publicApi
  */
 export const IDEMPOTENCY_SPANS = {
+  /** A whole `IdempotencyService.run()` (consumers, jobs, webhooks): the parent of its phases. */
+  run: 'idempotency.run',
   claim: 'idempotency.claim',
   handler: 'idempotency.handler',
   complete: 'idempotency.complete',

@@ -16,6 +16,7 @@ import type {
   FinishResult,
   HandlerOutcome,
   IdempotencyClaim,
+  RunRequest,
 } from '../engine/idempotency.service.js';
 import type { ScopedKey } from '../engine/scoped-key.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
@@ -103,6 +104,24 @@ export class IdempotencyTelemetry {
     });
     this.countVerdict(scoped, tier, result);
     return result;
+  }
+
+  /**
+   * A whole `run()` (a message, a job, a webhook) in one span, so that its phases share a trace
+   * even where no request span exists (a queue worker). The span says how the run ended.
+   */
+  observeRun<T extends { status: string }>(request: RunRequest, run: () => Promise<T>): Promise<T> {
+    const attributes: Attributes = { [ATTR.operation]: request.operation };
+    if (request.tenant !== undefined) attributes[ATTR.tenant] = request.tenant;
+    return this.tracer().startActiveSpan(IDEMPOTENCY_SPANS.run, { attributes }, (span) =>
+      finishSpan(
+        span,
+        run().then((result) => {
+          span.setAttribute(ATTR.outcome, result.status);
+          return result;
+        }),
+      ),
+    );
   }
 
   /** The handler phase: the adapter's `run` inside a span (the handler's own spans nest in it), timed. */

@@ -34,8 +34,9 @@ const OBSERVED_CALLS: Record<string, { phase: string; traced: boolean }> = {
  */
 export function instrumentStore<S extends object>(store: S, tier: StoreTier, observe: StoreCallObserver): S {
   return new Proxy(store, {
-    get(target, property, receiver) {
-      const value: unknown = Reflect.get(target, property, receiver);
+    get(target, property) {
+      // Read with the store as receiver: getters over private fields would throw on the proxy.
+      const value: unknown = Reflect.get(target, property, target);
       if (typeof value !== 'function') return value;
       const observed = typeof property === 'string' ? OBSERVED_CALLS[property] : undefined;
       if (!observed) return value.bind(target);
