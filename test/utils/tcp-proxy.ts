@@ -62,7 +62,6 @@ interface Armed {
   /** Connections on which `after` has passed. */
   primed: WeakSet<Connection>;
   fire(connection: Connection): void;
-  gate?: Promise<void>;
 }
 
 interface Connection {
