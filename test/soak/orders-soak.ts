@@ -19,7 +19,7 @@ export interface SoakOptions {
   seconds: number;
   /** @default 2 */
   instances?: number;
-  /** Virtual clients, each with one request or burst in flight. @default 12 */
+  /** Virtual clients, each with one request or burst in flight. @default 24 */
   clients?: number;
   /** Lease of a claim in the service, in ms: a killed instance's keys recover after it. @default 1500 */
   leaseMs?: number;
@@ -85,7 +85,7 @@ const AIMED: Record<string, { proxy: 'redis' | 'pg'; fault: ChunkFault }> = {
 
 export async function runSoak(options: SoakOptions, log: (line: string) => void = () => undefined): Promise<SoakReport> {
   const instances = options.instances ?? 2;
-  const clients = options.clients ?? 12;
+  const clients = options.clients ?? 24;
   const leaseMs = options.leaseMs ?? 1500;
   const faultEveryMs = options.faultEveryMs ?? 1200;
   const killEveryMs = 1000 * (options.killEverySeconds ?? Math.max(6, options.seconds / 6));
@@ -199,7 +199,7 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void 
           await sleep(between(200, 1500));
           proxy.restore();
         } else if (kind.endsWith('delay')) {
-          proxy.delay(between(20, 150));
+          proxy.delay(between(5, 40));
           await sleep(between(500, 2000));
           proxy.delay(0);
         } else {

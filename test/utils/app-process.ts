@@ -1,5 +1,6 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { createHash } from 'node:crypto';
+import { mkdir, readdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -15,11 +16,40 @@ const CACHE_DIR = join(REPO_ROOT, 'node_modules/.cache/orders-e2e');
 const MAIN_JS = join(CACHE_DIR, 'dist/apps/orders/src/main.js');
 const WORKER_JS = join(CACHE_DIR, 'dist/apps/orders/src/worker.js');
 
+const BUILD_STAMP = join(CACHE_DIR, 'build-stamp');
+/** What the build reads besides node_modules. */
+const BUILD_INPUTS = ['apps/orders/src', 'libs/idempotency/src', 'tsconfig.json', 'apps/orders/tsconfig.app.json', 'nest-cli.json'];
+
 let build: Promise<string> | undefined;
 
-/** Builds the app (about 5 s) the first time it is called in this test run; returns main.js. */
+/**
+ * A digest of the build's inputs (paths, sizes, modification times): equal digests, same build.
+ * Lets every suite of a run (each has its own module registry) reuse one build.
+ */
+async function sourceDigest(): Promise<string> {
+  const hash = createHash('sha256');
+  const visit = async (path: string): Promise<void> => {
+    const info = await stat(join(REPO_ROOT, path));
+    if (!info.isDirectory()) {
+      hash.update(`${path}\0${info.size}\0${info.mtimeMs}\n`);
+      return;
+    }
+    for (const entry of (await readdir(join(REPO_ROOT, path))).sort()) await visit(join(path, entry));
+  };
+  for (const input of BUILD_INPUTS) await visit(input);
+  return hash.digest('hex');
+}
+
+/**
+ * Builds the app (about 5 s on an idle machine) unless the last build was made from the same
+ * sources; once per test file at most. Returns main.js.
+ */
 export function buildOrdersAppOnce(): Promise<string> {
   build ??= (async () => {
+    const digest = await sourceDigest();
+    const previous = await readFile(BUILD_STAMP, 'utf8').catch(() => '');
+    if (previous === digest && (await stat(MAIN_JS).catch(() => undefined))) return MAIN_JS;
+    await rm(BUILD_STAMP, { force: true });
     await mkdir(CACHE_DIR, { recursive: true });
     const tsconfig = join(CACHE_DIR, 'tsconfig.json');
     // Only the app's sources (and what they import), never the specs.
@@ -43,6 +73,7 @@ export function buildOrdersAppOnce(): Promise<string> {
       const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
       throw new Error(`nest build failed:\n${stdout}\n${stderr}`);
     }
+    await writeFile(BUILD_STAMP, digest);
     return MAIN_JS;
   })();
   return build;

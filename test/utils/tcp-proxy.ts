@@ -9,8 +9,6 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
  */
 export interface TcpProxy {
   readonly port: number;
-  /** Faults injected so far, by kind (for summaries). */
-  readonly injected: Readonly<Record<FaultKind, number>>;
   /** Cuts every open connection and refuses new ones until `restore()`. */
   cut(): Promise<void>;
   /** Keeps connections open but swallows every byte both ways (a silent network) until `restore()`. */
@@ -23,8 +21,6 @@ export interface TcpProxy {
   arm(fault: ChunkFault): ArmedFault;
   close(): Promise<void>;
 }
-
-export type FaultKind = 'cut' | 'blackhole' | 'delay' | 'chunk-cut' | 'reply-cut' | 'hold';
 
 /** What a chunk must contain: bytes, text, a regular expression over its latin1 text, or a test. */
 export type ChunkPattern = string | Buffer | RegExp | ((chunk: Buffer) => boolean);
@@ -66,7 +62,6 @@ interface Armed {
   /** Connections on which `after` has passed. */
   primed: WeakSet<Connection>;
   fire(connection: Connection): void;
-  gate?: Promise<void>;
 }
 
 interface Connection {
@@ -92,7 +87,6 @@ function matches(pattern: ChunkPattern, chunk: Buffer): boolean {
 export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<TcpProxy> {
   const connections = new Set<Connection>();
   const armed = new Set<Armed>();
-  const injected: Record<FaultKind, number> = { cut: 0, blackhole: 0, delay: 0, 'chunk-cut': 0, 'reply-cut': 0, hold: 0 };
   let refusing = false;
   let silent = false;
   let delayMs = 0;
@@ -178,14 +172,11 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
 
   return {
     port: address.port,
-    injected,
     async cut() {
-      injected.cut++;
       refusing = true;
       cutAll();
     },
     blackhole() {
-      injected.blackhole++;
       silent = true;
     },
     restore() {
@@ -194,7 +185,6 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
       for (const connection of connections) if (connection.lostBytes) connection.destroy();
     },
     delay(ms: number) {
-      if (ms > 0) injected.delay++;
       delayMs = ms;
     },
     arm(fault: ChunkFault): ArmedFault {
@@ -207,15 +197,8 @@ export async function startTcpProxy(targetPort: number, targetHost = '127.0.0.1'
         primed: new WeakSet(),
         fire(connection) {
           fired = true;
-          if (fault.action === 'hold') {
-            injected.hold++;
-            connection.gate = gate;
-          } else if (fault.action === 'cut-reply') {
-            injected['reply-cut']++;
-            connection.cutNextReply = true;
-          } else {
-            injected['chunk-cut']++;
-          }
+          if (fault.action === 'hold') connection.gate = gate;
+          if (fault.action === 'cut-reply') connection.cutNextReply = true;
           if (fault.action !== 'hold' && fault.refuse) refusing = true;
           hit();
         },
