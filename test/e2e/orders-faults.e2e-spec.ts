@@ -219,7 +219,7 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
       await locker.query(`LOCK TABLE "${schema}".payments IN EXCLUSIVE MODE`);
       const client = postAndAbandon(url, attempt.tenantId, attempt.key, attempt.body);
       // This schema's payments only: other suites may hold locks on tables of the same name.
-      expect(await waitForLockWaiters(locker, `${schema}"."payments`, 10_000)).toBe(1);
+      expect(await waitForLockWaiters(locker, schema, 'payments', 10_000)).toBe(1);
       client.leave();
       expect(await client.outcome).toBe('left before the answer');
     } finally {

@@ -97,11 +97,13 @@ export async function dropDatabase(name: string, url: string = TEST_DATABASE_URL
 }
 
 /**
- * Waits until `table` has a statement of another session waiting on a lock (what a test holds to
- * stop a process mid-transaction), polling `client` every 50 ms for up to `timeoutMs`; returns
- * how many such statements there are (0 when none showed up in time).
+ * Waits until `schema.table` has a statement of another session waiting on a lock (what a test
+ * holds to stop a process mid-transaction), polling `client` every 50 ms for up to `timeoutMs`;
+ * returns how many such statements there are (0 when none showed up in time). The table is
+ * matched schema-qualified, as TypeORM writes it: other suites on the shared database lock
+ * tables of the same name in schemas of their own.
  */
-export async function waitForLockWaiters(client: pg.Client, table: string, timeoutMs = 10_000): Promise<number> {
+export async function waitForLockWaiters(client: pg.Client, schema: string, table: string, timeoutMs = 10_000): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   let waiting = 0;
   while (waiting === 0 && Date.now() < deadline) {
@@ -111,7 +113,7 @@ export async function waitForLockWaiters(client: pg.Client, table: string, timeo
     await client.query('SELECT pg_stat_clear_snapshot()');
     const rows = await client.query(
       "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query ILIKE $1 AND pid <> pg_backend_pid()",
-      [`%${table}%`],
+      [`%"${schema}"."${table}"%`],
     );
     waiting = Number(rows.rows[0].n);
   }
