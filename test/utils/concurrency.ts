@@ -7,7 +7,8 @@ import type { HttpResult } from './http.js';
  */
 export function expectOneFreshTheRestBusyOrReplayed(results: HttpResult[]): HttpResult {
   const fresh = results.filter((r) => r.status >= 200 && r.status < 300 && r.headers.get('idempotent-replayed') === null);
-  expect(fresh).toHaveLength(1);
+  // Statuses in the failure message: "0 fresh" alone does not say whether they were 409s or 503s.
+  expect({ fresh: fresh.length, statuses: results.map((r) => r.status) }).toMatchObject({ fresh: 1 });
   for (const r of results) {
     if (r === fresh[0]) continue;
     if (r.status === 409) {
