@@ -60,7 +60,7 @@ describe('sample service killed (SIGKILL) inside its transaction', () => {
       (res) => `answered ${res.status}`,
       () => 'connection lost',
     );
-    const waiting = await waitForLockWaiters(locker, 'payments', 10_000);
+    const waiting = await waitForLockWaiters(locker, `${schema}"."payments`, 10_000);
     expect(waiting).toBe(1);
 
     const exited = new Promise((resolve) => first.child.once('exit', resolve));

@@ -75,7 +75,7 @@ describe('order.created redelivered after its worker is killed (SIGKILL) mid-pro
     const orderId = ((await created.json()) as { id: string }).id;
 
     // The first worker's notification insert waits on the lock, inside its transaction.
-    const waiting = await waitForLockWaiters(locker, 'order_notifications', 15_000);
+    const waiting = await waitForLockWaiters(locker, `${schema}"."order_notifications`, 15_000);
     expect(waiting).toBe(1);
 
     const exited = new Promise((resolve) => first.child.once('exit', resolve));

@@ -99,7 +99,8 @@ export async function dropDatabase(name: string, url: string = TEST_DATABASE_URL
 /**
  * Waits until `table` has a statement of another session waiting on a lock (what a test holds to
  * stop a process mid-transaction), polling `client` every 50 ms for up to `timeoutMs`; returns
- * how many such statements there are (0 when none showed up in time).
+ * how many such statements there are (0 when none showed up in time). Other suites share the
+ * database: name the table with its schema as TypeORM writes it (`<schema>"."<table>`).
  */
 export async function waitForLockWaiters(client: pg.Client, table: string, timeoutMs = 10_000): Promise<number> {
   const deadline = Date.now() + timeoutMs;
