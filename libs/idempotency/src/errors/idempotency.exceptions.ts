@@ -56,7 +56,7 @@ const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; 
   'idempotency-store-unavailable': {
     status: 503,
     title: 'Idempotency store unavailable',
-    detail: 'The request was not processed because its Idempotency-Key could not be checked. Retry later with the same key and the same payload.',
+    detail: 'The idempotency store could not be reached to check this Idempotency-Key or to record the outcome. Retry later with the same key and the same payload: the retry answers with the outcome of this request, and never processes it twice.',
   },
   'idempotency-replay-unavailable': {
     status: 409,
