@@ -65,6 +65,7 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
         servers.set(scenario.name, server);
       }),
     );
+    console.log(`servers: ${SCENARIOS.map(({ name }) => `${name} (pid ${servers.get(name)!.pid})`).join(', ')}`);
     const replayKey = `bench-replay-${randomUUID()}`;
     let responseBodyBytes = 0;
     for (const scenario of SCENARIOS) {

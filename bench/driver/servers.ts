@@ -6,6 +6,8 @@ import type { BenchServerMessage } from '../app/main.js';
 /** A bench server process (bench/app/main.ts), forked with an IPC channel. */
 export interface BenchServerProcess {
   readonly url: string;
+  /** To tell the servers' CPU profiles (`--cpu-prof` writes CPU.<date>.<pid>...) apart. */
+  readonly pid: number;
   /** Database statements the process has sent since it started. */
   dbStatements(): Promise<number>;
   stop(): Promise<void>;
@@ -40,6 +42,7 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
   });
   return {
     url: `http://127.0.0.1:${port}`,
+    pid: child.pid!,
     dbStatements: () => askCounters(child),
     stop: () => stopChild(child),
   };
