@@ -7,11 +7,14 @@ import { benchServerConfigFrom } from './bench-server.js';
 import { countDatabaseStatements, databaseStatementCount } from './statement-counter.js';
 
 /** Messages between the driver (parent) and a bench server (this process, forked with IPC). */
-export type BenchServerMessage = { type: 'listening'; port: number } | { type: 'counters'; dbStatements: number };
+export type BenchServerMessage =
+  | { type: 'listening'; port: number }
+  | { type: 'counters'; dbStatements: number; cpuMicros: number };
 
 /**
  * One bench server: listens on a free port of 127.0.0.1, tells the driver the port over IPC,
- * and answers `counters` requests with the number of database statements sent so far.
+ * and answers `counters` requests with the number of database statements sent so far and the
+ * CPU time it used (user + system).
  */
 async function main(): Promise<void> {
   countDatabaseStatements();
@@ -27,7 +30,9 @@ async function main(): Promise<void> {
   const address = app.getHttpServer().address() as { port: number };
   const send = (message: BenchServerMessage) => process.send?.(message);
   process.on('message', (message: { type?: string }) => {
-    if (message.type === 'counters') send({ type: 'counters', dbStatements: databaseStatementCount() });
+    if (message.type !== 'counters') return;
+    const cpu = process.cpuUsage();
+    send({ type: 'counters', dbStatements: databaseStatementCount(), cpuMicros: cpu.user + cpu.system });
   });
   process.on('disconnect', () => void app.close().then(() => process.exit(0)));
   send({ type: 'listening', port: address.port });

@@ -82,10 +82,10 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
         const server = servers.get(scenario.name)!;
         await runLoad(server.url, scenario, replayKey, load(settings.warmupSeconds));
         await sleep(SETTLE_MS);
-        const [callsBefore, statementsBefore] = await Promise.all([commandCalls(stats), server.dbStatements()]);
+        const [callsBefore, before] = await Promise.all([commandCalls(stats), server.counters()]);
         const result = await runLoad(server.url, scenario, replayKey, load(settings.durationSeconds));
         await sleep(SETTLE_MS);
-        const [callsAfter, statementsAfter] = await Promise.all([commandCalls(stats), server.dbStatements()]);
+        const [callsAfter, after] = await Promise.all([commandCalls(stats), server.counters()]);
         const redisCost = redisCostBetween(callsBefore, callsAfter);
         samples.set(scenario.name, {
           rps: result.rps,
@@ -94,7 +94,8 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
           failures: result.failures,
           redisClientCommandsPerRequest: redisCost.clientCommands / result.sent,
           redisExecutedCommandsPerRequest: redisCost.executedCommands / result.sent,
-          dbStatementsPerRequest: (statementsAfter - statementsBefore) / result.sent,
+          dbStatementsPerRequest: (after.dbStatements - before.dbStatements) / result.sent,
+          serverCpuMicrosPerRequest: (after.cpuMicros - before.cpuMicros) / result.sent,
         });
         console.log(
           `round ${round + 1}/${settings.rounds} ${scenario.name.padEnd(15)} ${Math.round(result.rps)} req/s, ` +

@@ -11,6 +11,8 @@ export interface Sample {
   redisClientCommandsPerRequest: number;
   redisExecutedCommandsPerRequest: number;
   dbStatementsPerRequest: number;
+  /** CPU time (user + system) the server process used per request: steadier than req/s on a busy machine. */
+  serverCpuMicrosPerRequest: number;
 }
 
 /** Everything the run measured: samples per round, and the memory figures taken at the end. */
@@ -33,6 +35,7 @@ interface ScenarioSummary {
   redisCommandsPerRequest: number;
   redisExecutedCommandsPerRequest: number;
   dbStatementsPerRequest: number;
+  serverCpuMicrosPerRequest: number;
 }
 
 interface RatioSummary {
@@ -59,6 +62,7 @@ export function summarize(measurements: Measurements) {
     redisCommandsPerRequest: round2(of(name, (s) => s.redisClientCommandsPerRequest)),
     redisExecutedCommandsPerRequest: round2(of(name, (s) => s.redisExecutedCommandsPerRequest)),
     dbStatementsPerRequest: round2(of(name, (s) => s.dbStatementsPerRequest)),
+    serverCpuMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest)),
   }));
   const ratios: RatioSummary[] = RATIOS.map(({ numerator, denominator, target }) => {
     const perRound = measurements.rounds.map((round) => round2(round.get(numerator)!.rps / round.get(denominator)!.rps));
@@ -93,7 +97,7 @@ export type Summary = ReturnType<typeof summarize>;
 
 /** The table and the ratios, as printed at the end of a run. */
 export function formatSummary(summary: Summary): string {
-  const header = ['scenario', 'req/s', 'p50 ms', 'p99 ms', 'Redis cmds/req', '(run in Redis)', 'DB stmts/req', 'failed'];
+  const header = ['scenario', 'req/s', 'p50 ms', 'p99 ms', 'Redis cmds/req', '(run in Redis)', 'DB stmts/req', 'server CPU µs/req', 'failed'];
   const rows = summary.details.scenarios.map((s) => [
     s.name,
     String(s.rps),
@@ -102,6 +106,7 @@ export function formatSummary(summary: Summary): string {
     s.redisCommandsPerRequest.toFixed(2),
     s.redisExecutedCommandsPerRequest.toFixed(2),
     s.dbStatementsPerRequest.toFixed(2),
+    String(s.serverCpuMicrosPerRequest),
     String(s.failures),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));

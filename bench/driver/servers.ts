@@ -8,8 +8,8 @@ export interface BenchServerProcess {
   readonly url: string;
   /** To tell the servers' CPU profiles (`--cpu-prof` writes CPU.<date>.<pid>...) apart. */
   readonly pid: number;
-  /** Database statements the process has sent since it started. */
-  dbStatements(): Promise<number>;
+  /** Database statements the process has sent, and the CPU time it used, since it started. */
+  counters(): Promise<ServerCounters>;
   stop(): Promise<void>;
 }
 
@@ -43,17 +43,22 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
   return {
     url: `http://127.0.0.1:${port}`,
     pid: child.pid!,
-    dbStatements: () => askCounters(child),
+    counters: () => askCounters(child),
     stop: () => stopChild(child),
   };
 }
 
-function askCounters(child: ChildProcess): Promise<number> {
+export interface ServerCounters {
+  dbStatements: number;
+  cpuMicros: number;
+}
+
+function askCounters(child: ChildProcess): Promise<ServerCounters> {
   return new Promise((resolve) => {
     const onMessage = (message: BenchServerMessage) => {
       if (message.type !== 'counters') return;
       child.off('message', onMessage);
-      resolve(message.dbStatements);
+      resolve({ dbStatements: message.dbStatements, cpuMicros: message.cpuMicros });
     };
     child.on('message', onMessage);
     child.send({ type: 'counters' });
