@@ -1,11 +1,10 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
 import { IdempotencyModule } from '@app/idempotency';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
 import { NodeIdempotencyModule } from '@node-idempotency/nestjs';
 import { StorageAdapterEnum } from '@node-idempotency/shared';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
 import {
   DurableOrdersController,
@@ -47,7 +46,8 @@ function idempotencyLayer(config: BenchServerConfig): DynamicModule[] {
         IdempotencyModule.forRootAsync({
           inject: [getDataSourceToken()],
           useFactory: (dataSource: DataSource) => ({
-            store: new RedisIdempotencyStore(new Redis(config.redisUrl, REDIS_FAIL_FAST_OPTIONS), { prefix: config.redisPrefix }),
+            // From the URL: the store owns its client, with its defaults (fail fast, auto-pipelining).
+            store: new RedisIdempotencyStore(config.redisUrl, { prefix: config.redisPrefix }),
             durableStore: config.kind === 'durable' ? new TypeOrmIdempotencyStore(dataSource) : undefined,
             tenant: tenantOf,
             scope: ['tenant', 'operation'],
