@@ -1,6 +1,9 @@
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomFillSync, timingSafeEqual } from 'node:crypto';
 
 const TOKEN_BYTES = 16;
+/** Random bytes drawn from the CSPRNG in one call and handed out 16 at a time: a call per token costs ten times more. */
+const pool = Buffer.alloc(TOKEN_BYTES * 256);
+let poolOffset = pool.length;
 
 /**
  * Creates the random token that fences one claim of a record: every later write (complete,
@@ -12,7 +15,13 @@ const TOKEN_BYTES = 16;
  * @publicApi
  */
 export function newOwnerToken(): string {
-  return randomBytes(TOKEN_BYTES).toString('base64url');
+  if (poolOffset === pool.length) {
+    randomFillSync(pool);
+    poolOffset = 0;
+  }
+  const token = pool.toString('base64url', poolOffset, poolOffset + TOKEN_BYTES);
+  poolOffset += TOKEN_BYTES;
+  return token;
 }
 
 /**

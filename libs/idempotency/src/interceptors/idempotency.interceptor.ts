@@ -129,9 +129,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'claimed':
         return this.run(context, next, begun.claim, policy, echo);
       case 'replay':
-        return this.answer(context, this.replay(begun.response, policy, echo, true));
+        return this.answer(context, begun.response, policy, echo, true);
       case 'outcome-unknown':
-        return this.answer(context, this.replay(begun.response, policy, echo, false));
+        return this.answer(context, begun.response, policy, echo, false);
       case 'mismatch':
         throw this.problem('idempotency-key-reused', { echo, status: policy.mismatchStatus });
       case 'in-progress':
@@ -219,35 +219,46 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * result whose status Nest sends as it is.
    */
   protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
-    const headers = new Headers();
-    for (const [name, value] of Object.entries(stored.headers)) {
-      if (Array.isArray(value)) value.forEach((v) => headers.append(name, v));
-      else headers.set(name, value);
-    }
     const body = stored.body ?? Buffer.alloc(0);
-    const nullBodyStatus = stored.statusCode === 204 || stored.statusCode === 205 || stored.statusCode === 304;
-    if (!nullBodyStatus) headers.set('content-length', String(body.length));
-    if (echo !== undefined) headers.set(IDEMPOTENCY_KEY_HEADER, echo);
-    if (replayed || policy.replayHeader.onFresh) headers.set(policy.replayHeader.name, replayMarker(policy, replayed));
-    return new Response(nullBodyStatus || body.length === 0 ? null : body, { status: stored.statusCode, headers });
+    const headers = [...replayedHeaders(stored, policy, echo, replayed)];
+    return new Response(hasNullBody(stored.statusCode) || body.length === 0 ? null : body, { status: stored.statusCode, headers });
   }
 
   /**
    * Sends a stored answer. Nest sends what the interceptor returns, except on a route that takes
-   * the response itself (`@Res()` without passthrough): there the answer is written directly.
+   * the response itself (`@Res()` without passthrough): there the answer is written directly,
+   * from the stored bytes unless a subclass overrides `replay()` (a Web `Response` costs more
+   * than the rest of a replay).
    */
-  private async answer(context: ExecutionContext, replay: Response): Promise<Observable<unknown>> {
-    if (!handlesOwnResponse(context)) return of(replay);
+  private async answer(
+    context: ExecutionContext,
+    stored: StoredResponse,
+    policy: ResolvedPolicy,
+    echo: string | undefined,
+    replayed: boolean,
+  ): Promise<Observable<unknown>> {
+    if (!handlesOwnResponse(context)) return of(this.replay(stored, policy, echo, replayed));
+    let status = stored.statusCode;
+    let headers: Iterable<[string, string]>;
+    let body: Buffer;
+    if (this.replay === IdempotencyInterceptor.prototype.replay) {
+      headers = replayedHeaders(stored, policy, echo, replayed);
+      body = hasNullBody(status) ? Buffer.alloc(0) : (stored.body ?? Buffer.alloc(0));
+    } else {
+      const replay = this.replay(stored, policy, echo, replayed);
+      status = replay.status;
+      headers = replay.headers;
+      body = Buffer.from(await replay.arrayBuffer());
+    }
     const response = context.switchToHttp().getResponse<HttpResponse & { code?: (s: number) => unknown; send?: (b: unknown) => unknown }>();
-    const body = Buffer.from(await replay.arrayBuffer());
     if (response.raw && response.code && response.send) {
-      response.code(replay.status);
-      replay.headers.forEach((value, name) => setHeader(response, name, value));
+      response.code(status);
+      for (const [name, value] of headers) setHeader(response, name, value);
       response.send(body);
     } else {
       const raw = response as ServerResponse;
-      raw.statusCode = replay.status;
-      replay.headers.forEach((value, name) => raw.setHeader(name, value));
+      raw.statusCode = status;
+      for (const [name, value] of headers) raw.setHeader(name, value);
       raw.end(body);
     }
     return of(undefined);
@@ -432,6 +443,27 @@ function handlesOwnResponse(context: ExecutionContext): boolean {
     const type = Number(key.split(':')[0]);
     return (type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT) && !arg.data?.passthrough;
   });
+}
+
+function hasNullBody(status: number): boolean {
+  return status === 204 || status === 205 || status === 304;
+}
+
+/**
+ * The headers of a replay (CONTRACT B.6, B.8), names lower-cased and repeated values joined as a
+ * Web `Headers` joins them: the stored ones, a fresh `Content-Length`, the key echo and the
+ * replay marker.
+ */
+function replayedHeaders(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Map<string, string> {
+  const headers = new Map<string, string>();
+  for (const [name, value] of Object.entries(stored.headers)) {
+    const values = Array.isArray(value) ? value : [value];
+    if (values.length > 0) headers.set(name.toLowerCase(), values.join(', '));
+  }
+  if (!hasNullBody(stored.statusCode)) headers.set('content-length', String(stored.body?.length ?? 0));
+  if (echo !== undefined) headers.set(IDEMPOTENCY_KEY_HEADER.toLowerCase(), echo);
+  if (replayed || policy.replayHeader.onFresh) headers.set(policy.replayHeader.name.toLowerCase(), replayMarker(policy, replayed));
+  return headers;
 }
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {

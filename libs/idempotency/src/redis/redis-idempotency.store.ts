@@ -28,6 +28,7 @@ import {
   RESTORE_SCRIPT,
   TAKE_OVER_SCRIPT,
 } from './redis-scripts.js';
+import { packResponse, unpackResponse } from './response-packing.js';
 
 /**
  * ioredis options that make a connection fail fast, so a dead or silent Redis turns into an
@@ -84,6 +85,9 @@ const CLOSE_TIMEOUT_MS = 2_000;
 const COMPLETED = 1;
 const BODY_OMITTED = 2;
 const HAS_BODY = 4;
+/** Headers and body are stored compressed in the body field (see response-packing.ts). */
+const PACKED = 8;
+const MAX_FLAGS = COMPLETED | BODY_OMITTED | HAS_BODY | PACKED;
 
 /** Record fields in a script reply (see redis-scripts.ts). */
 const RECORD_FIELDS = 10;
@@ -126,6 +130,9 @@ interface Channel {
  *   send it again.
  * - **Replies** are checked for arity and types; anything unexpected, an unreadable record, and
  *   every connection error reject with `IdempotencyStoreError` (the engine fails closed).
+ * - **Auto-pipelining**: a client created from a URL sets ioredis `enableAutoPipelining`, so the
+ *   commands of concurrent requests share socket writes; set it on a client you pass for the same
+ *   effect.
  * - **Fail fast**: a client created from a URL uses {@link REDIS_FAIL_FAST_OPTIONS}; a client you
  *   pass keeps your options, so give it the same ones, or at least `commandTimeout` and a small
  *   `maxRetriesPerRequest` (with ioredis defaults a request waits about 20 reconnect attempts).
@@ -175,7 +182,9 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     this.ownsClient = typeof client === 'string';
     this.server = describeServer(client);
     if (typeof client === 'string') {
-      const own = new Redis(client, { ...REDIS_FAIL_FAST_OPTIONS, lazyConnect: true });
+      // Auto-pipelining: the claims and completions of concurrent requests issued in one tick go out
+      // in one socket write instead of one write each (the largest cost of a replay on the client).
+      const own = new Redis(client, { ...REDIS_FAIL_FAST_OPTIONS, enableAutoPipelining: true, lazyConnect: true });
       // Failures reach callers as rejected commands; without a listener ioredis would log each one.
       own.on('error', ignore);
       this.client = own;
@@ -246,17 +255,9 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
 
   async complete(key: string, ownerToken: string, response: StoredResponse): Promise<boolean> {
     checkResponse(response);
-    const flags = (response.bodyOmitted === true ? BODY_OMITTED : 0) | (response.body !== undefined ? HAS_BODY : 0);
+    const stored = encodeResponse(response);
     const reply = await this.send('complete', key, (run, k) =>
-      run.idempotencyComplete(
-        k,
-        ownerToken,
-        response.statusCode,
-        JSON.stringify(response.headers),
-        flags,
-        response.body ?? '',
-        this.channelOf(key),
-      ),
+      run.idempotencyComplete(k, ownerToken, response.statusCode, stored.headers, stored.flags, stored.body, this.channelOf(key)),
     );
     return decodeFlagReply(reply, this.context('complete', key));
   }
@@ -283,13 +284,11 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     checkTextBytes('ownerToken', record.ownerToken);
     checkTextBytes('fingerprint', record.fingerprint);
     const response = record.response;
-    const flags = response
-      ? COMPLETED | (response.bodyOmitted === true ? BODY_OMITTED : 0) | (response.body !== undefined ? HAS_BODY : 0)
-      : 0;
+    const stored = response ? encodeResponse(response) : undefined;
     const reply = await this.send('restore', key, (run, k) =>
       run.idempotencyRestore(
         k,
-        flags,
+        stored ? COMPLETED | stored.flags : 0,
         record.fencingToken,
         record.createdAtMs,
         record.leaseExpiresAtMs,
@@ -297,8 +296,8 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
         response?.statusCode ?? 0,
         record.fingerprint,
         record.ownerToken,
-        response ? JSON.stringify(response.headers) : '',
-        response?.body ?? '',
+        stored?.headers ?? '',
+        stored?.body ?? '',
       ),
     );
     return decodeFlagReply(reply, this.context('restore', key));
@@ -553,6 +552,15 @@ function checkTextBytes(name: string, value: string): void {
   }
 }
 
+/** A response as the scripts store it: flags, headers JSON and body, compressed together when that is smaller. */
+function encodeResponse(response: StoredResponse): { flags: number; headers: string; body: Buffer | string } {
+  const flags = (response.bodyOmitted === true ? BODY_OMITTED : 0) | (response.body !== undefined ? HAS_BODY : 0);
+  const headers = JSON.stringify(response.headers);
+  const packed = packResponse(headers, response.body);
+  if (packed) return { flags: flags | PACKED, headers: '', body: packed };
+  return { flags, headers, body: response.body ?? '' };
+}
+
 function checkRequest(request: ClaimRequest): void {
   checkClaimRequest(request);
   checkTextBytes('ownerToken', request.ownerToken);
@@ -598,9 +606,9 @@ function decodeRecord(values: readonly unknown[], at: number, context: string): 
   const statusCode = expectInteger(values[at + 5], 'the status code', context);
   const fingerprint = expectBytes(values[at + 6], 'the fingerprint', context).toString('utf8');
   const ownerToken = expectBytes(values[at + 7], 'the owner token', context).toString('utf8');
-  const headers = expectBytes(values[at + 8], 'the headers', context);
-  const body = expectBytes(values[at + 9], 'the body', context);
-  if (flags < 0 || flags > 7 || (flags !== 0 && (flags & COMPLETED) === 0)) {
+  let headers = expectBytes(values[at + 8], 'the headers', context);
+  let body = expectBytes(values[at + 9], 'the body', context);
+  if (flags < 0 || flags > MAX_FLAGS || (flags !== 0 && (flags & COMPLETED) === 0)) {
     throw unexpected(context, `record flags ${flags}`);
   }
   if (fencingToken < 1) throw unexpected(context, `fencing token ${fencingToken}`);
@@ -610,6 +618,14 @@ function decodeRecord(values: readonly unknown[], at: number, context: string): 
       throw unexpected(context, 'an in-progress record that carries a response');
     }
     return { state: 'in_progress', ...fields };
+  }
+  if ((flags & PACKED) !== 0) {
+    if (headers.length > 0) throw unexpected(context, 'headers beside a packed response');
+    try {
+      ({ headers, body } = unpackResponse(body));
+    } catch {
+      throw unexpected(context, 'a packed response that does not unpack');
+    }
   }
   if ((flags & HAS_BODY) === 0 && body.length > 0) throw unexpected(context, 'body bytes on a record without a body');
   if (statusCode < 100 || statusCode > 999) throw unexpected(context, `status code ${statusCode}`);

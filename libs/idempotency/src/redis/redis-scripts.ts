@@ -7,20 +7,22 @@
  * would be easier to read with `redis-cli`, but any field longer than `hash-max-listpack-value`
  * (64 bytes by default) turns it into a full hashtable: a completed record with a 300-byte body
  * and three headers costs 848 bytes of Redis memory (`MEMORY USAGE`, Redis 7.0) as a hash, and
- * 600 (short headers) to 728 (typical Express headers) as this string. Layout (big-endian, Lua
- * `struct` format `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
+ * 600 (short headers) to 728 (typical Express headers) as this string uncompressed; the store
+ * compresses headers and body together when that is smaller (flag 8, `response-packing.ts`),
+ * which brings a 300-byte JSON order to 408 (short headers) to 472 (typical Express headers).
+ * Layout (big-endian, Lua `struct` format `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
  *
  * | bytes  | field                                                                     |
  * |--------|---------------------------------------------------------------------------|
  * | 1      | format version (1)                                                        |
- * | 1      | flags: 1 completed, 2 body omitted, 4 has a body (0 while in progress)   |
+ * | 1      | flags: 1 completed, 2 body omitted, 4 has a body, 8 packed (0 while in progress) |
  * | 4      | fencing token                                                             |
  * | 6 × 3  | createdAtMs, leaseExpiresAtMs, expiresAtMs (epoch ms of the Redis clock)  |
  * | 2      | status code (0 while in progress)                                         |
  * | 2 + n  | fingerprint                                                               |
  * | 2 + n  | owner token                                                               |
- * | 4 + n  | headers as compact JSON (empty while in progress)                         |
- * | rest   | body bytes, exactly as captured                                           |
+ * | 4 + n  | headers as compact JSON (empty while in progress, and when packed)        |
+ * | rest   | body bytes, exactly as captured; packed: headers and body compressed      |
  *
  * The key carries a Redis expiry at `expiresAtMs` (PEXPIREAT), so Redis removes records by
  * itself; the scripts still treat `expiresAtMs <= now` as absent (CONTRACT B.10 rule 30).
@@ -43,6 +45,7 @@ local RECORD = '>BBI4I6I6I6I2I2c0I2c0I4c0'
 local VERSION = 1
 local COMPLETED = 1
 local HAS_BODY = 4
+local PACKED = 8
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -71,8 +74,9 @@ local function load(key, now)
     return nil, unreadable(key, 'unknown record format version ' .. version)
   end
   local body = string.sub(raw, pos)
-  if flags > 7 or (flags ~= 0 and flags % 2 == 0) or fencing < 1
-      or (bit.band(flags, HAS_BODY) == 0 and #body > 0) then
+  if flags > 15 or (flags ~= 0 and flags % 2 == 0) or fencing < 1
+      or (bit.band(flags, HAS_BODY + PACKED) == 0 and #body > 0)
+      or (bit.band(flags, PACKED) ~= 0 and #headers > 0) then
     return nil, unreadable(key, 'inconsistent record fields')
   end
   if expires <= now then
@@ -175,7 +179,7 @@ return claim_reply(1, now, rec)
  * ARGV[1]  owner token
  * ARGV[2]  status code (integer, 100–999)
  * ARGV[3]  headers as compact JSON
- * ARGV[4]  response flags: 2 body omitted, 4 has a body (0, 2, 4 or 6)
+ * ARGV[4]  response flags: 2 body omitted, 4 has a body, 8 packed (then ARGV[3] is empty)
  * ARGV[5]  body bytes (empty when there is no body)
  * ARGV[6]  notification channel
  *

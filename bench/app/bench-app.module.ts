@@ -1,0 +1,81 @@
+import { type DynamicModule, Module, type Type } from '@nestjs/common';
+import { IdempotencyModule } from '@app/idempotency';
+import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { NodeIdempotencyModule } from '@node-idempotency/nestjs';
+import { StorageAdapterEnum } from '@node-idempotency/shared';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import {
+  DurableOrdersController,
+  PeerOrdersController,
+  PlainOrdersController,
+  RedisOrdersController,
+} from './bench-orders.controllers.js';
+import { BenchOrdersService } from './bench-orders.service.js';
+import type { BenchServerConfig } from './bench-server.js';
+
+const CONTROLLERS: Record<BenchServerConfig['kind'], Type> = {
+  plain: PlainOrdersController,
+  redis: RedisOrdersController,
+  durable: DurableOrdersController,
+  peer: PeerOrdersController,
+};
+
+/** Keys are per tenant and operation, as in the sample service. */
+const tenantOf = (request: { headers: Record<string, string | string[] | undefined> }) => {
+  const value = request.headers['x-tenant-id'];
+  return typeof value === 'string' ? value : undefined;
+};
+
+/** The idempotency layer of one server kind (nothing for `plain`). */
+function idempotencyLayer(config: BenchServerConfig): DynamicModule[] {
+  switch (config.kind) {
+    case 'plain':
+      return [];
+    case 'peer':
+      return [
+        NodeIdempotencyModule.forRootAsync({
+          storage: { adapter: StorageAdapterEnum.redis, options: { url: config.redisUrl } },
+          cacheKeyPrefix: config.redisPrefix,
+        }),
+      ];
+    case 'redis':
+    case 'durable':
+      return [
+        IdempotencyModule.forRootAsync({
+          inject: [getDataSourceToken()],
+          useFactory: (dataSource: DataSource) => ({
+            // From the URL: the store owns its client, with its defaults (fail fast, auto-pipelining).
+            store: new RedisIdempotencyStore(config.redisUrl, { prefix: config.redisPrefix }),
+            durableStore: config.kind === 'durable' ? new TypeOrmIdempotencyStore(dataSource) : undefined,
+            tenant: tenantOf,
+            scope: ['tenant', 'operation'],
+          }),
+        }),
+      ];
+  }
+}
+
+/** The benchmark service: one POST /orders route, validated, one INSERT, behind one idempotency layer. */
+@Module({})
+export class BenchAppModule {
+  static forServer(config: BenchServerConfig): DynamicModule {
+    return {
+      module: BenchAppModule,
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: config.databaseUrl,
+          schema: config.schema,
+          entities: [IdempotencyRecordEntity],
+          synchronize: false,
+          extra: { max: 10, connectionTimeoutMillis: 5_000 },
+        }),
+        ...idempotencyLayer(config),
+      ],
+      controllers: [CONTROLLERS[config.kind]],
+      providers: [BenchOrdersService],
+    };
+  }
+}

@@ -1,0 +1,33 @@
+/** The four servers the scenarios run against: only the idempotency layer differs. */
+export type BenchServerKind = 'plain' | 'redis' | 'durable' | 'peer';
+
+export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = ['plain', 'redis', 'durable', 'peer'];
+
+/** What a bench server process reads from its environment. */
+export interface BenchServerConfig {
+  kind: BenchServerKind;
+  databaseUrl: string;
+  /** The throwaway schema holding `bench_orders` and `idempotency_records`. */
+  schema: string;
+  redisUrl: string;
+  /** Namespace of this process's Redis keys, so memory can be measured per scenario. */
+  redisPrefix: string;
+}
+
+/** Parses the environment the driver passes to a server process. */
+export function benchServerConfigFrom(env: NodeJS.ProcessEnv): BenchServerConfig {
+  const kind = env.BENCH_SERVER as BenchServerKind;
+  if (!BENCH_SERVER_KINDS.includes(kind)) throw new Error(`BENCH_SERVER must be one of ${BENCH_SERVER_KINDS.join(', ')}`);
+  const need = (name: string): string => {
+    const value = env[name];
+    if (!value) throw new Error(`${name} is required`);
+    return value;
+  };
+  return {
+    kind,
+    databaseUrl: need('DATABASE_URL'),
+    schema: need('BENCH_SCHEMA'),
+    redisUrl: need('REDIS_URL'),
+    redisPrefix: need('BENCH_REDIS_PREFIX'),
+  };
+}

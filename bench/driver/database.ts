@@ -1,0 +1,29 @@
+import { DataSource } from 'typeorm';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from '../../libs/idempotency/src/typeorm/index.js';
+import { BENCH_ORDERS_TABLE } from '../app/bench-orders.service.js';
+
+/** Creates the handler's table and the durable idempotency table in the bench schema. */
+export async function prepareBenchSchema(databaseUrl: string, schema: string): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url: databaseUrl, schema, migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS });
+  await dataSource.initialize();
+  try {
+    await dataSource.query(
+      `CREATE TABLE "${schema}".${BENCH_ORDERS_TABLE} (id uuid PRIMARY KEY, tenant_id uuid NOT NULL, customer_id uuid NOT NULL, ` +
+        'currency char(3) NOT NULL, items jsonb NOT NULL, total_cents bigint NOT NULL, created_at timestamptz NOT NULL)',
+    );
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
+/** Empties the handler's table between rounds, so every round inserts into a table of the same size. */
+export async function truncateOrders(databaseUrl: string, schema: string): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url: databaseUrl, schema });
+  await dataSource.initialize();
+  try {
+    await dataSource.query(`TRUNCATE "${schema}".${BENCH_ORDERS_TABLE}`);
+  } finally {
+    await dataSource.destroy();
+  }
+}

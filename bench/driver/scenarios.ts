@@ -1,0 +1,54 @@
+import type { BenchServerKind } from '../app/bench-server.js';
+
+/** A measurement: a server kind, and whether each request has a new key or all share one. */
+export interface Scenario {
+  readonly name: ScenarioName;
+  readonly server: BenchServerKind;
+  readonly keys: 'fresh' | 'replay';
+  /** Redis key namespace of the scenario's server process (`idem` and the peer's default for the fresh ones). */
+  readonly redisPrefix: string;
+}
+
+export type ScenarioName =
+  | 'plain'
+  | 'fresh-redis'
+  | 'replay-redis'
+  | 'fresh-durable'
+  | 'replay-durable'
+  | 'peer-fresh'
+  | 'peer-replay';
+
+export const SCENARIOS: readonly Scenario[] = [
+  { name: 'plain', server: 'plain', keys: 'fresh', redisPrefix: 'plain' },
+  { name: 'fresh-redis', server: 'redis', keys: 'fresh', redisPrefix: 'idem' },
+  { name: 'replay-redis', server: 'redis', keys: 'replay', redisPrefix: 'idem-replay' },
+  { name: 'fresh-durable', server: 'durable', keys: 'fresh', redisPrefix: 'idem-durable' },
+  { name: 'replay-durable', server: 'durable', keys: 'replay', redisPrefix: 'idem-durable-replay' },
+  { name: 'peer-fresh', server: 'peer', keys: 'fresh', redisPrefix: 'idempotency' },
+  { name: 'peer-replay', server: 'peer', keys: 'replay', redisPrefix: 'peer-replay' },
+];
+
+/** Round `round` runs the scenarios starting at a different one each time, so none always goes first. */
+export function rotation<T>(items: readonly T[], round: number): T[] {
+  const start = round % items.length;
+  return [...items.slice(start), ...items.slice(0, start)];
+}
+
+/** A ratio the issue sets a target for (or that is shown for comparison), as `numerator / denominator` rps. */
+export interface RatioSpec {
+  readonly numerator: ScenarioName;
+  readonly denominator: ScenarioName;
+  /** The minimum the issue asks for; undefined for ratios shown for context only. */
+  readonly target?: number;
+}
+
+export const RATIOS: readonly RatioSpec[] = [
+  { numerator: 'fresh-redis', denominator: 'plain', target: 0.95 },
+  { numerator: 'fresh-redis', denominator: 'peer-fresh', target: 1.0 },
+  { numerator: 'replay-redis', denominator: 'plain', target: 2.5 },
+  { numerator: 'replay-redis', denominator: 'peer-replay', target: 1.1 },
+  { numerator: 'fresh-durable', denominator: 'plain', target: 0.7 },
+  { numerator: 'replay-durable', denominator: 'plain' },
+  { numerator: 'peer-fresh', denominator: 'plain' },
+  { numerator: 'peer-replay', denominator: 'plain' },
+];
