@@ -293,12 +293,15 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
 /**
  * An ioredis `Cluster` client on a throwaway cluster, configured as the README recommends: the
  * store's fail-fast options on every node connection, and no cluster-level offline queue (it
- * has no timeout: while the cluster is down, queued commands would wait for ever). Resolves once
- * the client is ready; the caller disconnects it.
+ * has no timeout: while the cluster is down, queued commands would wait for ever). One
+ * deviation: a 10 s command timeout, because on a loaded test machine a claim whose reply takes
+ * over 2 s fails with 503 after Redis applied it, and its orphaned claim turns every duplicate
+ * into a 409 until the lease ends. Suites that test timeouts use their own clients. Resolves
+ * once the client is ready; the caller disconnects it.
  */
 export async function openRedisCluster(cluster: ThrowawayRedisCluster): Promise<Cluster> {
   const client = new Cluster([...cluster.nodes], {
-    redisOptions: { ...REDIS_FAIL_FAST_OPTIONS },
+    redisOptions: { ...REDIS_FAIL_FAST_OPTIONS, commandTimeout: 10_000 },
     enableOfflineQueue: false,
   });
   client.on('error', () => undefined);
