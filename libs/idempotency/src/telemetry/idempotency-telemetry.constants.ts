@@ -9,6 +9,9 @@
 /** Instrumentation scope of the meter and the tracer. @publicApi */
 export const IDEMPOTENCY_INSTRUMENTATION_SCOPE = '@app/idempotency';
 
+/** Version reported with the instrumentation scope (the library's version). */
+export const INSTRUMENTATION_VERSION = '0.1.0';
+
 /** @publicApi */
 export const IDEMPOTENCY_METRICS = {
   /** Counter: claims that let the handler run. Attributes: `operation`, `outcome` (`fresh` | `takeover`), `tier`. */

@@ -1,14 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
-import {
-  metrics,
-  SpanStatusCode,
-  trace,
-  type Attributes,
-  type Counter,
-  type Histogram,
-  type MeterProvider,
-  type Span,
-} from '@opentelemetry/api';
+import { metrics, SpanStatusCode, trace, type Attributes, type MeterProvider, type Span } from '@opentelemetry/api';
 import type {
   BeginRequest,
   BeginResult,
@@ -22,13 +13,12 @@ import type { ScopedKey } from '../engine/scoped-key.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import {
-  DURATION_BUCKETS_SECONDS,
   IDEMPOTENCY_INSTRUMENTATION_SCOPE,
-  IDEMPOTENCY_METRICS,
   IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR,
   IDEMPOTENCY_SPANS,
-  RECORD_SIZE_BUCKETS_BYTES,
+  INSTRUMENTATION_VERSION,
 } from './idempotency-telemetry.constants.js';
+import { createInstruments, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
 import { formatLogLine, type LogFieldValue } from './log-line.js';
 
@@ -44,21 +34,7 @@ export interface TelemetryLabels {
   tenant?: string;
 }
 
-interface Instruments {
-  claims: Counter;
-  replays: Counter;
-  conflicts: Counter;
-  takeovers: Counter;
-  lostLeases: Counter;
-  releases: Counter;
-  failOpen: Counter;
-  storeErrors: Counter;
-  storeDuration: Histogram;
-  handlerDuration: Histogram;
-  recordSize: Histogram;
-}
 
-const INSTRUMENTATION_VERSION = '0.1.0';
 const UNKNOWN_OPERATION = 'unknown';
 
 /**
@@ -339,35 +315,4 @@ async function finishSpan<T>(span: Span, work: Promise<T>): Promise<T> {
   } finally {
     span.end();
   }
-}
-
-function createInstruments(provider: MeterProvider): Instruments {
-  const meter = provider.getMeter(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
-  const counter = (name: string, description: string, unit: string) => meter.createCounter(name, { description, unit });
-  const names = IDEMPOTENCY_METRICS;
-  return {
-    claims: counter(names.claims, 'Claims that let the handler run (fresh or after a takeover)', '{claim}'),
-    replays: counter(names.replays, 'Requests answered from a stored record', '{request}'),
-    conflicts: counter(names.conflicts, 'Requests refused: key reused with another payload, or original still in progress', '{request}'),
-    takeovers: counter(names.takeovers, 'Dead leases recovered (taken over, or stored as outcome unknown)', '{lease}'),
-    lostLeases: counter(names.lostLeases, 'Claims fenced out by a newer claim; their result is not stored', '{lease}'),
-    releases: counter(names.releases, 'Claims ended by freeing the key (the outcome is not stored)', '{claim}'),
-    failOpen: counter(names.failOpen, 'Requests run without idempotency because the store failed (fail-open)', '{request}'),
-    storeErrors: counter(names.storeErrors, 'Store calls that failed', '{error}'),
-    storeDuration: meter.createHistogram(names.storeDuration, {
-      description: 'Store call latency',
-      unit: 's',
-      advice: { explicitBucketBoundaries: DURATION_BUCKETS_SECONDS },
-    }),
-    handlerDuration: meter.createHistogram(names.handlerDuration, {
-      description: 'Handler run time under a claim',
-      unit: 's',
-      advice: { explicitBucketBoundaries: DURATION_BUCKETS_SECONDS },
-    }),
-    recordSize: meter.createHistogram(names.recordSize, {
-      description: 'Body size of stored records',
-      unit: 'By',
-      advice: { explicitBucketBoundaries: RECORD_SIZE_BUCKETS_BYTES },
-    }),
-  };
 }
