@@ -17,7 +17,7 @@ const DICTIONARY = Buffer.from(
     '"title":"","detail":"","type":"","message":"","error":"","statusCode":',
     '"quantity":1,"sku":"","name":"","email":"","amount":"amountCents":"unitPriceCents":',
     '"totalCents":"customerId":"tenantId":"orderId":"paymentId":"items":[{"',
-    '"createdAt":"2026-","updatedAt":"2026-","id":"',
+    '"createdAt":"","updatedAt":"","id":"',
     '"etag":"W/\\"","location":"/orders/","content-type":"application/json; charset=utf-8"}',
   ].join(''),
   'latin1',
