@@ -18,7 +18,7 @@ export interface Backend {
   /** The fast store for a (re)started app; the records it sees survive restarts, except the memory fast tier in front of PostgreSQL. */
   store(): IdempotencyStore;
   durableStore?: TypeOrmIdempotencyStore;
-  /** Everything stored, as raw bytes: every record on Redis and PostgreSQL, the live records among `ids` in memory. */
+  /** Everything stored, as bytes: every record on Redis (raw and decoded) and PostgreSQL, the live records among `ids` in memory. */
   stored(ids: string[]): Promise<StoredBytes[]>;
   /** The stored (sealed) response of one record. */
   storedResponse(id: string): Promise<StoredResponse | undefined>;
@@ -53,7 +53,16 @@ function redisBackend(client: Redis, prefix: string): Backend {
     route: '/secrets',
     operation: 'secrets.create',
     store,
-    stored: () => redisStoredBytes(client, prefix),
+    // The raw bytes and the record as the store decodes it: a completed record's headers and body
+    // are compressed in Redis, so the raw bytes alone would hide plaintext from the search.
+    stored: async () =>
+      Promise.all(
+        (await redisStoredBytes(client, prefix)).map(async ({ name, bytes }) => {
+          const id = /\{([0-9a-f]+)\}/.exec(name)?.[1];
+          const record = id ? await inspector.get(id).catch(() => undefined) : undefined;
+          return { name, bytes: record ? Buffer.concat([bytes, recordBytes(name, record).bytes]) : bytes };
+        }),
+      ),
     storedResponse: async (id) => (await inspector.get(id))?.response,
     tamper: async (id) => {
       const key = `${prefix}:{${id}}`;
