@@ -1,12 +1,13 @@
 import { ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { DataSource } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { IdempotencyModule } from '@app/idempotency';
 import { RedisIdempotencyStore } from '@app/idempotency/redis';
 import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
-import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../utils/postgres.js';
+import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 
 /**
@@ -24,16 +25,7 @@ describe('IdempotencyHealthIndicator', () => {
     await (await connectPostgresOrFail()).end();
     redis = await startRedisServer();
     schema = await createThrowawaySchema('health');
-    dataSource = new DataSource({
-      type: 'postgres',
-      url: TEST_DATABASE_URL,
-      schema,
-      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
-      migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
-      extra: { options: `-c search_path=${schema}`, connectionTimeoutMillis: 3_000 },
-    });
-    await dataSource.initialize();
-    await dataSource.runMigrations();
+    dataSource = await openIdempotencyDataSource(schema);
     moduleRef = await Test.createTestingModule({
       imports: [
         TerminusModule.forRoot({ logger: false }),
