@@ -32,6 +32,7 @@ import {
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
+import type { OutcomeOverride } from '../engine/outcome-policy.js';
 import { IDEMPOTENCY_KEY_HEADER, PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
@@ -56,6 +57,17 @@ type HttpRequest = IdempotencyHttpRequest & {
 /** The response as Express (a `ServerResponse`) or Fastify (a reply around one) hands it over. */
 type HttpResponse = { raw?: ServerResponse } & Partial<ServerResponse>;
 
+/** What every request of one route shares, resolved on its first request. */
+interface RouteState {
+  policy: ResolvedPolicy;
+  /** `@IdempotencyOutcome()` on the route or its controller. */
+  outcome: OutcomeOverride | undefined;
+  /** Headers the interceptor sets itself: never stored (the key echo, the replay marker). */
+  ownHeaders: ReadonlySet<string>;
+  /** True when the route takes the response itself (`@Res()` without passthrough). */
+  sendsOwnResponse: boolean;
+}
+
 /** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
 export interface ResolvedScope {
   scoped: ScopedKey;
@@ -76,7 +88,7 @@ export interface ResolvedScope {
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   protected readonly logger = new Logger('Idempotency');
-  private readonly policies = new WeakMap<object, WeakMap<object, ResolvedPolicy | null>>();
+  private readonly routes = new WeakMap<object, WeakMap<object, RouteState | null>>();
   private warnedNoRawBody = false;
 
   constructor(
@@ -87,9 +99,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     if (context.getType() !== 'http') return next.handle();
-    const policy = this.policyOf(context);
+    const route = this.routeOf(context);
     const request = context.switchToHttp().getRequest<HttpRequest>();
-    if (!policy || !policy.methodSet.has(request.method.toUpperCase())) return next.handle();
+    if (!route || !route.policy.methodSet.has(request.method.toUpperCase())) return next.handle();
+    const { policy } = route;
 
     const parsed = this.getKey(request, policy);
     if (parsed.kind === 'missing') {
@@ -127,11 +140,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     switch (begun.kind) {
       case 'claimed':
-        return this.run(context, next, begun.claim, policy, echo);
+        return this.run(context, next, begun.claim, route, echo);
       case 'replay':
-        return this.answer(context, begun.response, policy, echo, true);
+        return this.answer(context, begun.response, route, echo, true);
       case 'outcome-unknown':
-        return this.answer(context, begun.response, policy, echo, false);
+        return this.answer(context, begun.response, route, echo, false);
       case 'mismatch':
         throw this.problem('idempotency-key-reused', { echo, status: policy.mismatchStatus });
       case 'in-progress':
@@ -233,11 +246,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private async answer(
     context: ExecutionContext,
     stored: StoredResponse,
-    policy: ResolvedPolicy,
+    { policy, sendsOwnResponse }: RouteState,
     echo: string | undefined,
     replayed: boolean,
   ): Promise<Observable<unknown>> {
-    if (!handlesOwnResponse(context)) return of(this.replay(stored, policy, echo, replayed));
+    if (!sendsOwnResponse) return of(this.replay(stored, policy, echo, replayed));
     let status = stored.statusCode;
     let headers: Iterable<[string, string]>;
     let body: Buffer;
@@ -268,7 +281,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     next: CallHandler,
     claim: IdempotencyClaim,
-    policy: ResolvedPolicy,
+    { policy, outcome: routeOutcome, ownHeaders }: RouteState,
     echo: string | undefined,
   ): Observable<unknown> {
     const http = context.switchToHttp();
@@ -280,8 +293,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (echo !== undefined) setHeader(response, IDEMPOTENCY_KEY_HEADER, echo);
     if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
 
-    const routeOutcome = this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]);
-    const ownHeaders = new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]);
     const handled = deferred<HandlerOutcome>();
     const sent = deferred<StoredResponse | undefined>();
     const executed = deferred<ExecutionResult>();
@@ -388,18 +399,27 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
   }
 
-  private policyOf(context: ExecutionContext): ResolvedPolicy | null {
+  private routeOf(context: ExecutionContext): RouteState | null {
     const handler = context.getHandler();
     const controller = context.getClass();
-    let byHandler = this.policies.get(controller);
-    if (!byHandler) this.policies.set(controller, (byHandler = new WeakMap()));
-    let policy = byHandler.get(handler);
-    if (policy === undefined) {
-      const route: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [handler, controller]);
-      policy = route ? resolvePolicy(this.settings.policyOptions, route) : null;
-      byHandler.set(handler, policy);
+    let byHandler = this.routes.get(controller);
+    if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
+    let state = byHandler.get(handler);
+    if (state === undefined) {
+      const options: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [handler, controller]);
+      state = options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
+      byHandler.set(handler, state);
     }
-    return policy;
+    return state;
+  }
+
+  private routeStateOf(context: ExecutionContext, policy: ResolvedPolicy): RouteState {
+    return {
+      policy,
+      outcome: this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]),
+      ownHeaders: new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]),
+      sendsOwnResponse: handlesOwnResponse(context),
+    };
   }
 
   /** The received field value, verbatim, for the echo (CONTRACT B.6). */

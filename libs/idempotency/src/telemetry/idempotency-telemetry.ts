@@ -1,5 +1,15 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { metrics, SpanStatusCode, trace, type Attributes, type MeterProvider, type Span } from '@opentelemetry/api';
+import {
+  INVALID_SPAN_CONTEXT,
+  metrics,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type MeterProvider,
+  type Span,
+  type Tracer,
+  type TracerProvider,
+} from '@opentelemetry/api';
 import type {
   BeginRequest,
   BeginResult,
@@ -36,6 +46,14 @@ export interface TelemetryLabels {
 
 
 const UNKNOWN_OPERATION = 'unknown';
+
+/** Handed to phases while tracing is off: records nothing, like the API's own no-op spans. */
+const UNTRACED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
+
+/** The API's global provider: a proxy that has a delegate tracer once an SDK is registered. */
+type GlobalTracerProvider = TracerProvider & {
+  getDelegateTracer?: (name: string, version?: string) => Tracer | undefined;
+};
 
 /**
  * The library's metrics, spans and structured logs, through `@opentelemetry/api` only: a no-op
@@ -87,9 +105,11 @@ export class IdempotencyTelemetry {
    * even where no request span exists (a queue worker). The span says how the run ended.
    */
   observeRun<T extends { status: string }>(request: RunRequest, run: () => Promise<T>): Promise<T> {
+    const tracer = this.activeTracer();
+    if (!tracer) return run();
     const attributes: Attributes = { [ATTR.operation]: request.operation };
     if (request.tenant !== undefined) attributes[ATTR.tenant] = request.tenant;
-    return this.tracer().startActiveSpan(IDEMPOTENCY_SPANS.run, { attributes }, (span) =>
+    return tracer.startActiveSpan(IDEMPOTENCY_SPANS.run, { attributes }, (span) =>
       finishSpan(
         span,
         run().then((result) => {
@@ -222,8 +242,8 @@ export class IdempotencyTelemetry {
       case 'replay':
       case 'replay-unavailable':
         instruments.replays.add(1, { operation, outcome: result.kind === 'replay' ? 'replayed' : 'unavailable' });
-        this.tracer()
-          .startSpan(IDEMPOTENCY_SPANS.replay, {
+        this.activeTracer()
+          ?.startSpan(IDEMPOTENCY_SPANS.replay, {
             attributes: { ...this.spanAttributes(scoped), [ATTR.statusCode]: result.response.statusCode, [ATTR.outcome]: result.kind },
           })
           .end();
@@ -267,14 +287,17 @@ export class IdempotencyTelemetry {
         throw error;
       }
     };
-    if (!observation.traced) return run();
-    return this.tracer().startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
+    const tracer = observation.traced ? this.activeTracer() : undefined;
+    if (!tracer) return run();
+    return tracer.startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
       finishSpan(span, run(span)),
     );
   }
 
   private inSpan<T>(name: string, scoped: ScopedKey, work: (span: Span) => Promise<T>): Promise<T> {
-    return this.tracer().startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) => finishSpan(span, work(span)));
+    const tracer = this.activeTracer();
+    if (!tracer) return work(UNTRACED_SPAN);
+    return tracer.startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) => finishSpan(span, work(span)));
   }
 
   private spanAttributes(scoped: ScopedKey): Attributes {
@@ -288,8 +311,16 @@ export class IdempotencyTelemetry {
     return this.labels.get(scoped) ?? { operation: UNKNOWN_OPERATION };
   }
 
-  private tracer() {
-    return trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
+  /**
+   * The tracer of the registered SDK, or undefined while none is registered: then phases run
+   * without spans or context switches, which would only create and discard no-op spans on the
+   * hot path. Looked up per call, so an SDK registered after startup is used at once.
+   */
+  private activeTracer(): Tracer | undefined {
+    const provider = trace.getTracerProvider() as GlobalTracerProvider;
+    // Not the API's proxy (another copy of the API registered it): always trace through it.
+    if (typeof provider.getDelegateTracer !== 'function') return provider.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
+    return provider.getDelegateTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
   }
 
   /** The instruments of the current global meter provider (re-created when the application registers one). */

@@ -33,27 +33,37 @@ const OBSERVED_CALLS: Record<string, { phase: string; traced: boolean }> = {
  * as on the store itself, and methods run with the store as `this` (private fields keep working).
  */
 export function instrumentStore<S extends object>(store: S, tier: StoreTier, observe: StoreCallObserver): S {
+  // One wrapper per method, made on first use: store calls are on every request's hot path.
+  const wrappers = new Map<PropertyKey, { method: Function; wrapper: Function }>();
+  const wrap = (property: PropertyKey, method: (...a: unknown[]) => Promise<unknown>): Function => {
+    const observed = typeof property === 'string' ? OBSERVED_CALLS[property] : undefined;
+    if (!observed) return method.bind(store);
+    return (...args: unknown[]) => {
+      // A transaction's work may throw (the handler's failure, a deliberate rollback): not a store failure.
+      let workFailed = false;
+      if (property === 'transaction' && typeof args[2] === 'function') {
+        const work = args[2] as (...a: unknown[]) => Promise<unknown>;
+        args[2] = (...a: unknown[]) =>
+          work(...a).catch((error: unknown) => {
+            workFailed = true;
+            throw error;
+          });
+      }
+      const isStoreFailure = () => !workFailed;
+      return observe({ tier, ...observed, isStoreFailure }, () => method.apply(store, args));
+    };
+  };
   return new Proxy(store, {
     get(target, property) {
       // Read with the store as receiver: getters over private fields would throw on the proxy.
       const value: unknown = Reflect.get(target, property, target);
       if (typeof value !== 'function') return value;
-      const observed = typeof property === 'string' ? OBSERVED_CALLS[property] : undefined;
-      if (!observed) return value.bind(target);
-      return (...args: unknown[]) => {
-        // A transaction's work may throw (the handler's failure, a deliberate rollback): not a store failure.
-        let workFailed = false;
-        if (property === 'transaction' && typeof args[2] === 'function') {
-          const work = args[2] as (...a: unknown[]) => Promise<unknown>;
-          args[2] = (...a: unknown[]) =>
-            work(...a).catch((error: unknown) => {
-              workFailed = true;
-              throw error;
-            });
-        }
-        const isStoreFailure = () => !workFailed;
-        return observe({ tier, ...observed, isStoreFailure }, () => (value as (...a: unknown[]) => Promise<unknown>).apply(target, args));
-      };
+      const cached = wrappers.get(property);
+      // A method replaced on the instance (a test's spy) gets a wrapper of its own.
+      if (cached?.method === value) return cached.wrapper;
+      const wrapper = wrap(property, value as (...a: unknown[]) => Promise<unknown>);
+      wrappers.set(property, { method: value, wrapper });
+      return wrapper;
     },
   });
 }
