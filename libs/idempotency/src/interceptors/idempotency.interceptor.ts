@@ -1,5 +1,3 @@
-import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
-import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import {
   Inject,
   Injectable,
@@ -64,8 +62,6 @@ interface RouteState {
   outcome: OutcomeOverride | undefined;
   /** Headers the interceptor sets itself: never stored (the key echo, the replay marker). */
   ownHeaders: ReadonlySet<string>;
-  /** True when the route takes the response itself (`@Res()` without passthrough). */
-  sendsOwnResponse: boolean;
 }
 
 /** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
@@ -228,8 +224,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /**
    * Builds the replayed response: original status, stored headers and body bytes, plus a fresh
-   * `Date`, the key echo and the replay marker (CONTRACT B.6, B.8). A Web `Response` is the one
-   * result whose status Nest sends as it is.
+   * `Date`, the key echo and the replay marker (CONTRACT B.6, B.8). Override it to change what a
+   * replay sends; by default the stored bytes are written without building a `Response`.
    */
   protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
     const body = stored.body ?? Buffer.alloc(0);
@@ -238,19 +234,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * Sends a stored answer. Nest sends what the interceptor returns, except on a route that takes
-   * the response itself (`@Res()` without passthrough): there the answer is written directly,
-   * from the stored bytes unless a subclass overrides `replay()` (a Web `Response` costs more
-   * than the rest of a replay).
+   * Sends a stored answer by writing it to the response directly, from the stored bytes unless a
+   * subclass overrides `replay()`, on every route (with `@Res()` or not): returning a Web
+   * `Response` for Nest to send would stream its body, which costs more than the rest of a
+   * replay. Nest then finds the response sent and adds nothing to it: it sets a route's status
+   * before the handler, and sends an `undefined` result as nothing (tested on Express and Fastify,
+   * with and without `@Res()`).
    */
   private async answer(
     context: ExecutionContext,
     stored: StoredResponse,
-    { policy, sendsOwnResponse }: RouteState,
+    { policy }: RouteState,
     echo: string | undefined,
     replayed: boolean,
   ): Promise<Observable<unknown>> {
-    if (!sendsOwnResponse) return of(this.replay(stored, policy, echo, replayed));
     let status = stored.statusCode;
     let headers: Iterable<[string, string]>;
     let body: Buffer;
@@ -418,7 +415,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
       policy,
       outcome: this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]),
       ownHeaders: new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]),
-      sendsOwnResponse: handlesOwnResponse(context),
     };
   }
 
@@ -452,17 +448,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
       headers,
     );
   }
-}
-
-/** True when the route takes `@Res()` (or `@Next()`) without passthrough: Nest then sends nothing itself. */
-function handlesOwnResponse(context: ExecutionContext): boolean {
-  const args = Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), context.getHandler().name) as
-    | Record<string, { data?: { passthrough?: boolean } }>
-    | undefined;
-  return Object.entries(args ?? {}).some(([key, arg]) => {
-    const type = Number(key.split(':')[0]);
-    return (type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT) && !arg.data?.passthrough;
-  });
 }
 
 function hasNullBody(status: number): boolean {

@@ -35,6 +35,16 @@ describe('response packing (Redis record compression)', () => {
     expect(body.equals(binary)).toBe(true);
   });
 
+  it('unpacks a response many times larger than its compressed form, whole (output in several chunks)', () => {
+    const rows = Array.from({ length: 2_000 }, (_, i) => ({ sku: `SKU-${i % 7}`, quantity: 1, unitPriceCents: 1999 }));
+    const large = Buffer.from(JSON.stringify({ items: rows }));
+    const packed = packResponse(HEADERS, large)!;
+    expect(large.length).toBeGreaterThan(16 * 1024 + packed.length * 4);
+    const { headers, body } = unpackResponse(packed);
+    expect(headers.toString('utf8')).toBe(HEADERS);
+    expect(body.equals(large)).toBe(true);
+  });
+
   it('packs a response without a body', () => {
     const headers = JSON.stringify({ location: `/orders/${'5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00'}`, 'cache-control': 'no-store', 'content-language': 'en', 'x-powered-by': 'Express' });
     const { headers: h, body } = unpackResponse(packResponse(headers, undefined)!);

@@ -1,0 +1,94 @@
+import { Controller, HttpException, Module, Post, Res, type INestApplication } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import type { Server, ServerResponse } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
+import { send } from '../utils/http.js';
+
+/** A status set through the response object, so it differs from the route's default (201). */
+type StatusSink = { status?: (code: number) => unknown; code?: (code: number) => unknown };
+const setStatus = (res: StatusSink, code: number) => (res.code ? res.code(code) : res.status!(code));
+
+@Controller()
+class AcceptedController {
+  runs = 0;
+
+  @Post('passthrough')
+  @Idempotent({ scope: ['operation'] })
+  passthrough(@Res({ passthrough: true }) res: StatusSink) {
+    setStatus(res, 202);
+    return { runs: ++this.runs };
+  }
+
+  /** No response object: the stored answer is a 422 the route threw, where Nest's default is 201. */
+  @Post('plain')
+  @Idempotent({ scope: ['operation'] })
+  plain() {
+    throw new HttpException({ message: 'declined', runs: ++this.runs }, 422);
+  }
+
+  @Post('own-response')
+  @Idempotent({ scope: ['operation'] })
+  ownResponse(@Res() res: StatusSink & { send: (body: unknown) => unknown; json?: (body: unknown) => unknown }) {
+    setStatus(res, 202);
+    const body = { runs: ++this.runs };
+    return res.json ? res.json(body) : res.send(body);
+  }
+}
+
+@Module({
+  imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })],
+  controllers: [AcceptedController],
+})
+class ReplayRoutesModule {}
+
+/**
+ * A replay is written to the response directly, whatever the route takes: it goes out once, with
+ * the stored status, on a route without the response object, one that takes it with passthrough
+ * (Nest sends the result) and one that sends itself. The status that `finish` listeners (access
+ * logs, HTTP metrics) read is the one the client got, and Nest adds nothing after it.
+ */
+describe.each(['express', 'fastify'] as const)('Replays on routes that take the response (%s)', (platform) => {
+  let app: INestApplication;
+  let url: string;
+  const finished: { path: string; response: ServerResponse }[] = [];
+
+  beforeAll(async () => {
+    app =
+      platform === 'express'
+        ? await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: ['error', 'warn'] })
+        : await NestFactory.create(ReplayRoutesModule, new FastifyAdapter(), { rawBody: true, logger: ['error', 'warn'] });
+    await app.init();
+    (app.getHttpServer() as Server).prependListener('request', (req, res: ServerResponse) =>
+      res.once('finish', () => finished.push({ path: req.url ?? '', response: res })),
+    );
+    await app.listen(0, '127.0.0.1');
+    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it.each([
+    ['/plain', 422],
+    ['/passthrough', 202],
+    ['/own-response', 202],
+  ])('%s: the replay keeps its stored status %d, for the client and for finish listeners', async (path, status) => {
+    const key = randomUUID();
+    const first = await send(url, path, { key, body: {} });
+    expect(first.status).toBe(status);
+    const deadline = Date.now() + 2_000;
+    while (finished.length === 0 && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    finished.length = 0;
+    const replay = await send(url, path, { key, body: {} });
+    expect(replay.status).toBe(status);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.json()).toEqual(first.json());
+    while (finished.length === 0 && Date.now() < deadline + 2_000) await new Promise((resolve) => setTimeout(resolve, 10));
+    // A later write by Nest would have changed the status or logged an error; give it a moment.
+    await new Promise((resolve) => setTimeout(resolve, 50));
+    expect(finished.map(({ path, response }) => ({ path, status: response.statusCode }))).toEqual([{ path, status }]);
+  });
+});
