@@ -469,11 +469,33 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (record.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
     if (record.state === 'completed') return this.replayOf(request.scoped.id, record);
     if (record.leaseExpiresAtMs > nowMs || afterTakeover) {
-      return { kind: 'in-progress', retryAfterSeconds: this.retryAfter(request.policy, record, nowMs) };
+      const committed = request.policy.durable && !afterTakeover ? await this.committedAnswer(request, record) : undefined;
+      return committed ?? { kind: 'in-progress', retryAfterSeconds: this.retryAfter(request.policy, record, nowMs) };
     }
     return request.policy.durable
       ? this.recoverThroughDurable(request, record, claimRequest)
       : this.recoverDeadLease(request, record, claimRequest);
+  }
+
+  /**
+   * On a durable route the fast tier may say "in progress" of a request whose durable row has
+   * completed: its owner committed, then could not mirror the completion (Redis cut after the
+   * commit), and the fast lease would keep retries at 409 until it lapses. The durable row is
+   * the authority: it answers, and completes the fast record when it is the same claim's. A
+   * durable store that cannot be read leaves the in-progress answer, which is still true.
+   */
+  private async committedAnswer(request: BeginRequest, record: IdempotencyRecord): Promise<BeginResult | undefined> {
+    const id = request.scoped.id;
+    let row: IdempotencyRecord | undefined;
+    try {
+      row = await this.durable().get(id);
+    } catch (error) {
+      this.telemetry.storeError(request.scoped, { phase: 'claim', outcome: 'answered_in_progress', error });
+      return undefined;
+    }
+    if (!row || row.state !== 'completed' || !row.response || row.fingerprint !== request.fingerprint) return undefined;
+    if (row.ownerToken === record.ownerToken) await this.store.complete(id, record.ownerToken, row.response).catch(() => undefined);
+    return this.replayOf(id, row);
   }
 
   private replayOf(id: string, record: IdempotencyRecord): BeginResult {
