@@ -1,10 +1,23 @@
-import { Controller, HttpException, Module, Post, Res, type INestApplication } from '@nestjs/common';
+import {
+  Controller,
+  HttpException,
+  Injectable,
+  Module,
+  Post,
+  Res,
+  type CallHandler,
+  type ExecutionContext,
+  type INestApplication,
+  type NestInterceptor,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import type { Server, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
+import { map } from 'rxjs';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
 import { send } from '../utils/http.js';
+import { RecordingLogger } from '../e2e/support/recording-logger.js';
 
 /** A status set through the response object, so it differs from the route's default (201). */
 type StatusSink = { status?: (code: number) => unknown; code?: (code: number) => unknown };
@@ -26,6 +39,12 @@ class AcceptedController {
   @Idempotent({ scope: ['operation'] })
   plain() {
     throw new HttpException({ message: 'declined', runs: ++this.runs }, 422);
+  }
+
+  @Post('wrapped')
+  @Idempotent({ scope: ['operation'] })
+  wrapped() {
+    return { runs: ++this.runs };
   }
 
   @Post('own-response')
@@ -90,5 +109,88 @@ describe.each(['express', 'fastify'] as const)('Replays on routes that take the 
     // A later write by Nest would have changed the status or logged an error; give it a moment.
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(finished.map(({ path, response }) => ({ path, status: response.statusCode }))).toEqual([{ path, status }]);
+  });
+});
+
+/** A global interceptor of the kind many apps have: every result wrapped as `{ data }`. */
+@Injectable()
+class WrapInData implements NestInterceptor {
+  intercept(_context: unknown, next: CallHandler) {
+    return next.handle().pipe(map((data: unknown) => ({ data })));
+  }
+}
+
+/** The same, as the README advises: a response already sent (a replay) passes through. */
+@Injectable()
+class WrapUnlessSent implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler) {
+    const response = context.switchToHttp().getResponse<{ headersSent?: boolean; raw?: { headersSent: boolean } }>();
+    const sent = () => (response.raw ?? response).headersSent === true;
+    return next.handle().pipe(map((data: unknown) => (sent() ? data : { data })));
+  }
+}
+
+/**
+ * An interceptor outside `@Idempotent()` shapes the fresh response, whose bytes are stored; the
+ * replay sends those bytes as they are, marked as a replay (it used to send the Web `Response`
+ * it returned, wrapped and serialized as `{"data":{}}`).
+ */
+describe.each(['express', 'fastify'] as const)('Replays under a global result-wrapping interceptor (%s)', (platform) => {
+  let app: INestApplication;
+  let url: string;
+
+  beforeAll(async () => {
+    app =
+      platform === 'express'
+        ? await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: false })
+        : await NestFactory.create(ReplayRoutesModule, new FastifyAdapter(), { rawBody: true, logger: false });
+    app.useGlobalInterceptors(new WrapInData());
+    await app.listen(0, '127.0.0.1');
+    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it.each(['/passthrough', '/own-response'])('%s: the replay is the stored bytes of the wrapped response', async (path) => {
+    const key = randomUUID();
+    const first = await send(url, path, { key, body: {} });
+    const replay = await send(url, path, { key, body: {} });
+    expect(replay.status).toBe(first.status);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body.equals(first.body)).toBe(true);
+  });
+
+  it('a route without the response object: the replay is the stored bytes of the wrapped response', async () => {
+    const key = randomUUID();
+    const first = await send(url, '/wrapped', { key, body: {} });
+    expect(first.json()).toEqual({ data: { runs: expect.any(Number) } });
+    const replay = await send(url, '/wrapped', { key, body: {} });
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body.equals(first.body)).toBe(true);
+  });
+});
+
+describe('Replays under a result-wrapping interceptor that passes sent responses through (express)', () => {
+  it('sends the stored bytes and logs nothing', async () => {
+    const logs = new RecordingLogger();
+    const app = await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: logs });
+    app.useGlobalInterceptors(new WrapUnlessSent());
+    await app.listen(0, '127.0.0.1');
+    try {
+      const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+      const key = randomUUID();
+      const first = await send(url, '/wrapped', { key, body: {} });
+      expect(first.json()).toEqual({ data: { runs: expect.any(Number) } });
+      const replay = await send(url, '/wrapped', { key, body: {} });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body.equals(first.body)).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(logs.at('error')).toEqual([]);
+    } finally {
+      await app.close();
+    }
   });
 });
