@@ -8,6 +8,8 @@ import {
   type CallHandler,
   type ExecutionContext,
   type INestApplication,
+  type LoggerService,
+  type LogLevel,
   type NestInterceptor,
 } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
@@ -62,28 +64,39 @@ class AcceptedController {
 })
 class ReplayRoutesModule {}
 
+type Platform = 'express' | 'fastify';
+
+/** The test app on `platform`, created but not listening (listeners and interceptors go on first). */
+function createApp(platform: Platform, logger: LoggerService | LogLevel[] | false): Promise<INestApplication> {
+  return platform === 'express'
+    ? NestFactory.create(ReplayRoutesModule, { rawBody: true, logger })
+    : NestFactory.create(ReplayRoutesModule, new FastifyAdapter(), { rawBody: true, logger });
+}
+
+/** Listens on a free loopback port and returns the base URL. */
+async function listen(app: INestApplication): Promise<string> {
+  await app.listen(0, '127.0.0.1');
+  return (await app.getUrl()).replace('[::1]', '127.0.0.1');
+}
+
 /**
  * A replay is written to the response directly, whatever the route takes: it goes out once, with
  * the stored status, on a route without the response object, one that takes it with passthrough
  * (Nest sends the result) and one that sends itself. The status that `finish` listeners (access
  * logs, HTTP metrics) read is the one the client got, and Nest adds nothing after it.
  */
-describe.each(['express', 'fastify'] as const)('Replays on routes that take the response (%s)', (platform) => {
+describe.each<Platform>(['express', 'fastify'])('Replays on routes that take the response (%s)', (platform) => {
   let app: INestApplication;
   let url: string;
   const finished: { path: string; response: ServerResponse }[] = [];
 
   beforeAll(async () => {
-    app =
-      platform === 'express'
-        ? await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: ['error', 'warn'] })
-        : await NestFactory.create(ReplayRoutesModule, new FastifyAdapter(), { rawBody: true, logger: ['error', 'warn'] });
+    app = await createApp(platform, ['error', 'warn']);
     await app.init();
     (app.getHttpServer() as Server).prependListener('request', (req, res: ServerResponse) =>
       res.once('finish', () => finished.push({ path: req.url ?? '', response: res })),
     );
-    await app.listen(0, '127.0.0.1');
-    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    url = await listen(app);
   });
 
   afterAll(async () => {
@@ -135,18 +148,14 @@ class WrapUnlessSent implements NestInterceptor {
  * replay sends those bytes as they are, marked as a replay (it used to send the Web `Response`
  * it returned, wrapped and serialized as `{"data":{}}`).
  */
-describe.each(['express', 'fastify'] as const)('Replays under a global result-wrapping interceptor (%s)', (platform) => {
+describe.each<Platform>(['express', 'fastify'])('Replays under a global result-wrapping interceptor (%s)', (platform) => {
   let app: INestApplication;
   let url: string;
 
   beforeAll(async () => {
-    app =
-      platform === 'express'
-        ? await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: false })
-        : await NestFactory.create(ReplayRoutesModule, new FastifyAdapter(), { rawBody: true, logger: false });
+    app = await createApp(platform, false);
     app.useGlobalInterceptors(new WrapInData());
-    await app.listen(0, '127.0.0.1');
-    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    url = await listen(app);
   });
 
   afterAll(async () => {
@@ -176,11 +185,10 @@ describe.each(['express', 'fastify'] as const)('Replays under a global result-wr
 describe('Replays under a result-wrapping interceptor that passes sent responses through (express)', () => {
   it('sends the stored bytes and logs nothing', async () => {
     const logs = new RecordingLogger();
-    const app = await NestFactory.create(ReplayRoutesModule, { rawBody: true, logger: logs });
+    const app = await createApp('express', logs);
     app.useGlobalInterceptors(new WrapUnlessSent());
-    await app.listen(0, '127.0.0.1');
     try {
-      const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+      const url = await listen(app);
       const key = randomUUID();
       const first = await send(url, '/wrapped', { key, body: {} });
       expect(first.json()).toEqual({ data: { runs: expect.any(Number) } });
