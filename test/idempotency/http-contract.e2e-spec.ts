@@ -561,7 +561,7 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(fixture.probe.runs - before).toBe(1);
     });
 
-    it('a client that disconnects mid-request: the handler finishes once, and the retry learns the operation completed', async () => {
+    it('a client that disconnects mid-request: the handler finishes once, and the retry replays its real response (B.7 rule 17a)', async () => {
       const k = key();
       const gate = `g-${k}`;
       const before = fixture.probe.runs;
@@ -579,9 +579,10 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       fixture.probe.open(gate);
       await sleep(100);
       const retry = await call('/charges', { key: k, body: { amount: 1, gate } });
-      const problem = expectProblem(retry, 409, 'idempotency-replay-unavailable');
-      expect(problem.operationCompleted).toBe(true);
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(retry.headers.get('location')).toMatch(/^\/charges\/\d+$/);
+      expect(JSON.parse(retry.body.toString())).toMatchObject({ amount: 1 });
       expect(fixture.probe.runs - before).toBe(1);
     });
 

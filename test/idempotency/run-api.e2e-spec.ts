@@ -50,6 +50,29 @@ describe.each<[string, () => IdempotencyStore]>([
     expect(runs).toBe(1);
   });
 
+  it.each<[string, () => unknown]>([
+    ['a BigInt', () => ({ amount: 10n })],
+    ['a circular object (an HTTP client response, say)', () => {
+      const response: Record<string, unknown> = { status: 200 };
+      response.request = { response };
+      return response;
+    }],
+  ])('a result that cannot be encoded (%s) resolves the claim at once: a clear error now, replay-unavailable after, never a second run', async (_, result) => {
+    const key = randomUUID();
+    let runs = 0;
+    // Leases far shorter than the wait below: a claim left renewing would still answer in-progress.
+    const options = { leaseMs: 300, heartbeatMs: 100 };
+    const first = idempotency.run({ operation, key, options }, () => {
+      runs++;
+      return result();
+    });
+    await expect(first).rejects.toMatchObject({ kind: 'result-unencodable', retryable: false });
+    await sleep(700);
+    const retry = idempotency.run({ operation, key, options }, () => ++runs);
+    await expect(retry).rejects.toMatchObject({ kind: 'replay-unavailable' });
+    expect(runs).toBe(1);
+  });
+
   it('scope: the same key under another operation or tenant is independent', async () => {
     const key = randomUUID();
     let runs = 0;

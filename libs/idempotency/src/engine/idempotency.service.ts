@@ -19,7 +19,7 @@ import { IdempotencyTelemetry, type TelemetryLabels } from '../telemetry/idempot
 import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { newOwnerToken } from './owner-token.js';
 import { IdempotencyContextRef } from './idempotency-context.js';
-import { decodeRunBody, encodeRunFailure, encodeRunValue } from './run-codec.js';
+import { decodeRunBody, encodeRunFailure, encodeRunValue, unencodableRunValue } from './run-codec.js';
 import { buildScopedKey, type ScopeDimension, type ScopedKey } from './scoped-key.js';
 
 /** What `begin` needs: who the key belongs to, what was asked, and the route's policy. */
@@ -113,13 +113,36 @@ export type ExecutionResult =
   | { kind: 'not-run'; reason: 'lost' | 'store-unavailable'; retryAfterSeconds: number };
 
 /**
- * A claim this process holds on a record. While it lives, a heartbeat renews the lease; once the
- * authoritative store refuses a renewal, the claim is `lost` and the engine will not complete it.
+ * One tier's lease renewal, as the heartbeat runs it.
+ *
+ * @internal
+ */
+export interface LeaseRenewal {
+  /** Which tier it renews. */
+  readonly tier: 'fast' | 'durable';
+  /** Renews the lease: true when renewed, false when refused (the record is not this claim's any more). */
+  renew(): Promise<boolean>;
+  /** A refusal by this tier loses the claim; a refusal by a tier that is not decisive only ends its own renewals. */
+  readonly decisive: boolean;
+}
+
+/**
+ * Renewals of one tier that may be unanswered at once: a renewal that did not answer by the next
+ * beat is retried on a fresh call (another pooled connection may answer), but a hung server does
+ * not collect one call per beat.
+ */
+const MAX_PENDING_RENEWALS = 2;
+
+/**
+ * A claim this process holds on a record. While it lives, a heartbeat renews the lease in each
+ * tier; once the authoritative store refuses a renewal, the claim is `lost` and the engine will
+ * not complete it.
  *
  * @publicApi
  */
 export class IdempotencyClaim {
-  private heartbeat?: NodeJS.Timeout;
+  /** The pending beat of each tier. */
+  private readonly beats = new Set<NodeJS.Timeout>();
   private beating = false;
   private lostClaim = false;
 
@@ -142,34 +165,63 @@ export class IdempotencyClaim {
     return this.lostClaim;
   }
 
-  /** @internal */
-  startHeartbeat(renew: () => Promise<boolean>, onLost: () => void): void {
+  /**
+   * Starts one heartbeat per tier, each on its own timer, so a hung database cannot starve the
+   * Redis renewal, nor the reverse.
+   * @internal
+   */
+  startHeartbeat(renewals: readonly LeaseRenewal[], onLost: () => void): void {
     this.beating = true;
-    // One renewal at a time: the next beat is scheduled when the previous renewal has answered.
-    const beat = () => {
-      this.heartbeat = setTimeout(() => {
-        renew().then(
-          (renewed) => {
-            if (!this.beating) return; // finished meanwhile: a refusal now means nothing
-            if (renewed) return beat();
-            this.lostClaim = true;
-            this.stopHeartbeat();
-            onLost();
-          },
-          // A failed renewal is retried at the next beat; the lease still has a beat of slack.
-          () => this.beating && beat(),
-        );
-      }, this.policy.heartbeatMs);
-      this.heartbeat.unref();
-    };
-    beat();
+    for (const renewal of renewals) this.beatOn(renewal, onLost);
   }
 
   /** @internal */
   stopHeartbeat(): void {
     this.beating = false;
-    if (this.heartbeat) clearTimeout(this.heartbeat);
-    this.heartbeat = undefined;
+    for (const beat of this.beats) clearTimeout(beat);
+    this.beats.clear();
+  }
+
+  /**
+   * A renewal every `heartbeatMs`. A renewal is timed out when the next beat comes before its
+   * answer: that beat failed (the lease keeps a beat of slack, `heartbeatMs ≤ leaseMs / 2`) and
+   * a fresh renewal is sent, unless `MAX_PENDING_RENEWALS` are unanswered. An answer still
+   * counts when it comes late: a refusal by the decisive tier loses the claim, a refusal by the
+   * other one ends that tier's renewals. Failed calls are retried at the next beat.
+   */
+  private beatOn(renewal: LeaseRenewal, onLost: () => void): void {
+    let pending = 0;
+    let refused = false;
+    const onRefusal = () => {
+      if (!this.beating || refused) return; // finished meanwhile: a refusal now means nothing
+      refused = true;
+      if (!renewal.decisive) return;
+      this.lostClaim = true;
+      this.stopHeartbeat();
+      onLost();
+    };
+    const schedule = () => {
+      const beat = setTimeout(() => {
+        this.beats.delete(beat);
+        if (!this.beating || refused) return;
+        if (pending < MAX_PENDING_RENEWALS) {
+          pending += 1;
+          new Promise<boolean>((resolve) => resolve(renewal.renew())).then(
+            (renewed) => {
+              pending -= 1;
+              if (!renewed) onRefusal();
+            },
+            () => {
+              pending -= 1;
+            },
+          );
+        }
+        schedule();
+      }, this.policy.heartbeatMs);
+      beat.unref();
+      this.beats.add(beat);
+    };
+    schedule();
   }
 }
 
@@ -311,7 +363,16 @@ export class IdempotencyService implements OnApplicationShutdown {
     if (!claim.policy.transactional) {
       let settled: HandlerOutcome | undefined;
       const outcome = execution.run(undefined).then((value) => (settled = value));
-      const response = await execution.response(outcome);
+      let response: StoredResponse | undefined;
+      try {
+        response = await execution.response(outcome);
+      } catch (error) {
+        // An adapter that cannot say what the handler answered must not leave the key claimed
+        // (and renewed) for as long as the process lives: it is freed once the handler settled.
+        await outcome;
+        await this.settle(claim, undefined, undefined);
+        throw error;
+      }
       await this.settle(claim, response, execution.override(settled));
       return { kind: 'sent' };
     }
@@ -357,6 +418,7 @@ export class IdempotencyService implements OnApplicationShutdown {
   private async runClaimed<T>(claim: IdempotencyClaim, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
     const context = new IdempotencyContextRef(claim);
     let outcome: HandlerOutcome | undefined;
+    let unencodable: unknown;
     const result = await this.execute(claim, {
       run: async (manager) => {
         context.attachManager(manager);
@@ -369,7 +431,16 @@ export class IdempotencyService implements OnApplicationShutdown {
       },
       response: async (ran) => {
         const settled = await ran;
-        return settled.ok ? encodeRunValue(settled.value) : encodeRunFailure(settled.error);
+        if (!settled.ok) return encodeRunFailure(settled.error);
+        try {
+          return encodeRunValue(settled.value);
+        } catch (error) {
+          // The function ran and its effect stands; only its result cannot be kept. The key is
+          // completed without it at once (retries get `replay-unavailable`, nothing runs twice),
+          // instead of staying claimed and renewed while the process lives (CONTRACT B.7 rule 17a).
+          unencodable = error;
+          return unencodableRunValue();
+        }
       },
       override: (settled) => context.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined),
     });
@@ -382,6 +453,13 @@ export class IdempotencyService implements OnApplicationShutdown {
       throw new IdempotencyStoreError('The transaction of this run could not be started or committed; retry later.', 'durable');
     }
     if (!outcome!.ok) throw outcome!.error;
+    if (unencodable !== undefined) {
+      const reason = unencodable instanceof Error ? unencodable.message : String(unencodable);
+      throw new IdempotencyRunError(
+        'result-unencodable',
+        `The function ran, but its result cannot be stored as JSON (${reason}); the key is completed without it, and retries get replay-unavailable.`,
+      );
+    }
     return { status: 'fresh', value: outcome!.value as T };
   }
 
@@ -409,18 +487,15 @@ export class IdempotencyService implements OnApplicationShutdown {
     let outcome: HandlerOutcome | undefined;
     let response: StoredResponse | undefined;
     let committed: StoredResponse | undefined;
-    let releaseAfterCommit = false;
     try {
       await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
         const ran = execution.run(transaction.manager).then((value) => (outcome = value));
         response = await execution.response(ran);
         await ran;
+        // Committed ⇔ completed (CONTRACT B.7 rule 17a): whatever frees the key, a failure or a
+        // success the policy does not keep, rolls the handler's writes back with it.
         if (!response || !outcome!.ok) throw ROLLBACK;
-        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') {
-          // The handler succeeded and asked not to be remembered: its writes commit, the key is freed.
-          releaseAfterCommit = true;
-          return;
-        }
+        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
         const stored = this.storable(scoped.id, policy, response);
         if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
           throw new IdempotencyClaimLostError(scoped.id);
@@ -453,8 +528,7 @@ export class IdempotencyService implements OnApplicationShutdown {
       return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds };
     }
     this.drop(claim);
-    if (releaseAfterCommit) await this.releaseClaim(claim).catch(() => undefined);
-    else await this.mirrorCompletion(claim, committed!);
+    await this.mirrorCompletion(claim, committed!);
     return { kind: 'sent' };
   }
 
@@ -621,23 +695,26 @@ export class IdempotencyService implements OnApplicationShutdown {
 
   private hold(scoped: ScopedKey, record: IdempotencyRecord, policy: ResolvedPolicy, tookOver: boolean): BeginResult {
     const claim = new IdempotencyClaim(scoped, record, policy, tookOver);
-    claim.startHeartbeat(
-      () => this.renew(claim),
-      () => this.logLost(claim, 'heartbeat'),
-    );
+    claim.startHeartbeat(this.leaseRenewals(claim), () => this.logLost(claim, 'heartbeat'));
     this.liveClaims.add(claim);
     return { kind: 'claimed', claim };
   }
 
-  /** On durable routes the durable lease is the one that counts; the fast one follows. */
-  private async renew(claim: IdempotencyClaim): Promise<boolean> {
+  /**
+   * What the heartbeat renews: each tier on its own beat (`IdempotencyClaim.startHeartbeat`). On
+   * durable routes the durable lease is the one that counts: its refusal loses the claim. A fast
+   * refusal there (the record flushed, evicted, or taken after its lease lapsed) only ends the
+   * fast renewals: the durable row, live and ours, still turns every other claimant away.
+   */
+  private leaseRenewals(claim: IdempotencyClaim): LeaseRenewal[] {
     const { scoped, ownerToken, policy } = claim;
-    if (!policy.durable) return this.store.extend(scoped.id, ownerToken, policy.leaseMs);
-    const [, durable] = await Promise.all([
-      this.store.extend(scoped.id, ownerToken, policy.leaseMs).catch(() => false),
-      this.durable().extend(scoped.id, ownerToken, policy.leaseMs),
-    ]);
-    return durable;
+    const fast: LeaseRenewal = {
+      tier: 'fast',
+      decisive: !policy.durable,
+      renew: () => this.store.extend(scoped.id, ownerToken, policy.leaseMs),
+    };
+    if (!policy.durable) return [fast];
+    return [fast, { tier: 'durable', decisive: true, renew: () => this.durable().extend(scoped.id, ownerToken, policy.leaseMs) }];
   }
 
   /** After the durable row completed: the fast tier follows, and its failure changes nothing. */

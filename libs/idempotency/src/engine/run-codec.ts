@@ -15,9 +15,21 @@ export function encodeRunValue(value: unknown): StoredResponse {
  */
 export function encodeRunFailure(error: unknown): StoredResponse {
   if (error instanceof HttpException) {
-    return { statusCode: error.getStatus(), headers: JSON_HEADERS, body: Buffer.from(JSON.stringify(error.getResponse())) };
+    const statusCode = error.getStatus();
+    let body: string;
+    try {
+      body = JSON.stringify(error.getResponse());
+    } catch {
+      body = JSON.stringify({ statusCode, message: error.message }); // a body with a cycle or a BigInt
+    }
+    return { statusCode, headers: JSON_HEADERS, body: Buffer.from(body) };
   }
   return { statusCode: 500, headers: JSON_HEADERS, body: Buffer.from('{"message":"Internal error"}') };
+}
+
+/** A successful run whose value JSON cannot hold (a `BigInt`, a cycle): completed without a body. */
+export function unencodableRunValue(): StoredResponse {
+  return { statusCode: 200, headers: JSON_HEADERS, bodyOmitted: true };
 }
 
 /** The JSON of a stored body, or undefined for an empty one. */

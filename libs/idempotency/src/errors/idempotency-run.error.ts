@@ -5,11 +5,14 @@
  * - `replay-unavailable`: the original completed but its result was too large to store;
  * - `outcome-unknown`: the original died and `staleLock: 'fail'` recorded its outcome as unknown;
  * - `replayed-failure`: the original failed with an error the outcome policy stores
- *   (`status`, `body`): the same failure is reported again, without running anything.
+ *   (`status`, `body`): the same failure is reported again, without running anything;
+ * - `result-unencodable`: the function ran now, but its value cannot be stored as JSON (a
+ *   `BigInt`, a cycle): the key is completed without a result (retries get `replay-unavailable`),
+ *   so the effect is never repeated. Return a plain, JSON-safe value instead.
  *
  * @publicApi
  */
-export type IdempotencyRunErrorKind = 'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure';
+export type IdempotencyRunErrorKind = 'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure' | 'result-unencodable';
 
 /** @publicApi */
 export class IdempotencyRunError extends Error {

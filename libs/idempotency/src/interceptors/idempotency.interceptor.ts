@@ -1,3 +1,5 @@
+import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import {
   Inject,
   Injectable,
@@ -8,7 +10,7 @@ import {
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { createHash } from 'node:crypto';
-import type { ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { from, lastValueFrom, of, type Observable } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
 import { computeFingerprint } from '../engine/fingerprint.js';
@@ -37,6 +39,8 @@ import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from 
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { IdempotencyHttpRequest, IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import { isHeadersSentError, renderHandlerOutcome, statusOfOutcome, type RouteResponseState } from './handler-response.js';
+import { HandlerSettlement } from './handler-settlement.js';
 import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 
 /** The request as Express and Fastify hand it over; only what the adapter reads. */
@@ -62,7 +66,17 @@ interface RouteState {
   outcome: OutcomeOverride | undefined;
   /** Headers the interceptor sets itself: never stored (the key echo, the replay marker). */
   ownHeaders: ReadonlySet<string>;
+  /** The handler takes the response (`@Res()`, `@Next()`) and may write it itself. */
+  handlerWrites: boolean;
 }
+
+/**
+ * How long the record waits, once the handler settled, for the route to write its rendering of
+ * the outcome (an exception filter's body, an outer interceptor's envelope). Nest writes at
+ * once; only an outer layer that awaits something after the handler delays it. Past this, the
+ * record is rendered from the handler's result itself.
+ */
+const WRITE_AFTER_SETTLEMENT_GRACE_MS = 1000;
 
 /** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
 export interface ResolvedScope {
@@ -278,7 +292,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     context: ExecutionContext,
     next: CallHandler,
     claim: IdempotencyClaim,
-    { policy, outcome: routeOutcome, ownHeaders }: RouteState,
+    { policy, outcome: routeOutcome, ownHeaders, handlerWrites }: RouteState,
     echo: string | undefined,
   ): Observable<unknown> {
     const http = context.switchToHttp();
@@ -290,29 +304,40 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (echo !== undefined) setHeader(response, IDEMPOTENCY_KEY_HEADER, echo);
     if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
 
+    const settlement = new HandlerSettlement(handlerWrites);
+    // What the route set before the handler ran: the fallback when an outer layer overwrites it.
+    const routeAtStart = routeResponseState(response, raw);
+    let routeAtSettlement = routeAtStart;
     const handled = deferred<HandlerOutcome>();
-    const sent = deferred<StoredResponse | undefined>();
     const executed = deferred<ExecutionResult>();
-    let settled: HandlerOutcome | undefined;
 
     // Installed before the handler starts: a handler may write its response synchronously.
     // A transactional response must not leave before its commit, however large it is.
     const holdBytes = policy.transactional ? Number.POSITIVE_INFINITY : policy.maxStoredResponseBytes;
-    const capture = new ResponseCapture(raw, holdBytes, async (captured) => {
-      try {
-        sent.resolve(this.toStored(captured, ownHeaders));
-      } finally {
-        sent.resolve(undefined);
-      }
+    new ResponseCapture(raw, holdBytes, async (captured) => {
+      // Classified synchronously: the handler's flow is only visible from the writer's own call.
+      // An outer layer's answer before the handler settled is not the record: it leaves at once.
+      if (settlement.written(captured) === 'early') return undefined;
       const result = await executed.promise;
       return result.kind === 'replaced' ? this.replacementFor(result, echo) : undefined;
     });
-    const onClose = () => {
-      if (!capture.ended) void handled.promise.then(() => sent.resolve(this.unsentResponse(response, raw, ownHeaders)));
-    };
     // The client may have gone while the claim was being made: 'close' has fired already.
-    if (raw.destroyed || raw.socket?.destroyed) onClose();
-    else raw.once('close', onClose);
+    if (raw.destroyed || raw.socket?.destroyed) settlement.close();
+    else raw.once('close', () => settlement.close());
+
+    const recordOf = async (outcome: HandlerOutcome): Promise<StoredResponse> => {
+      const own = settlement.handlerResponse;
+      if (own) return this.toStored(own, ownHeaders);
+      if (settlement.answeredEarly && handlerWrites && (outcome.ok || isHeadersSentError(outcome.error))) {
+        // A `@Res()` handler whose response an outer layer pre-empted: what it did stands, but
+        // there are no bytes of its own to replay (CONTRACT B.7 rule 17a, last case).
+        return this.toStored({ ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true }, ownHeaders);
+      }
+      const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
+      const status = statusOfOutcome(outcome, routeAtSettlement);
+      if (written && (status === undefined || written.statusCode === status)) return this.toStored(written, ownHeaders);
+      return this.toStored(renderHandlerOutcome(outcome, routeAtSettlement), ownHeaders);
+    };
 
     void this.engine
       .execute(claim, {
@@ -320,16 +345,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
           idem.attachManager(manager);
           // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
           // subscription, and the handler's result must still settle the claim.
-          settled = await lastValueFrom(next.handle(), { defaultValue: undefined }).then(
-            (value): HandlerOutcome => ({ ok: true, value }),
-            (error: unknown): HandlerOutcome => ({ ok: false, error }),
-          );
-          handled.resolve(settled);
-          return settled;
+          const outcome = await settlement
+            .runHandler(() => lastValueFrom(next.handle(), { defaultValue: undefined }))
+            .then(
+              (value): HandlerOutcome => ({ ok: true, value }),
+              (error: unknown): HandlerOutcome => ({ ok: false, error }),
+            );
+          if (!settlement.answeredEarly) routeAtSettlement = routeResponseState(response, raw);
+          settlement.settle(outcome);
+          handled.resolve(outcome);
+          return outcome;
         },
-        response: () => sent.promise,
-        // `settled` is set before Nest sees the outcome, so a thrown error's forced outcome counts.
-        override: () => idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
+        response: async (ran) => {
+          // A `@Res()` handler's own response stands as soon as it is written (it may wait for
+          // it to be sent); a transactional one still waits for the handler, to commit with it.
+          const first = await Promise.race([
+            ran.then((outcome) => ({ outcome, own: undefined })),
+            settlement.handlerWrote().then((own) => ({ outcome: undefined, own })),
+          ]);
+          if (first.own && !policy.transactional) return this.toStored(first.own, ownHeaders);
+          return recordOf(first.outcome ?? (await ran));
+        },
+        // Read once the handler settled, so a thrown error's forced outcome counts.
+        override: (settled) => idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
       })
       .then((result) => {
         executed.resolve(result);
@@ -344,19 +382,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
         throw outcome.error;
       }),
     );
-  }
-
-  /**
-   * The client went away before anything was sent, so Nest sends nothing and there are no bytes
-   * to store. Whatever the handler did stands, so the key is not freed: the record completes
-   * without a body, and retries get `409 idempotency-replay-unavailable` with the stored
-   * `Location`. Serializing the handler's value here instead could differ from what the route
-   * would have sent (outer interceptors, serializers, streams).
-   */
-  private unsentResponse(response: HttpResponse, raw: ServerResponse, ownHeaders: ReadonlySet<string>): StoredResponse {
-    const reply = response as { getHeaders?: () => Record<string, unknown> };
-    const headers = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) } as CapturedResponse['headers'];
-    return this.toStored({ statusCode: raw.statusCode, headers, bodyOmitted: true }, ownHeaders);
   }
 
   /** What a response whose transaction did not commit is replaced with: a retryable problem. */
@@ -415,6 +440,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       policy,
       outcome: this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]),
       ownHeaders: new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]),
+      handlerWrites: takesResponse(context),
     };
   }
 
@@ -469,6 +495,22 @@ function replayedHeaders(stored: StoredResponse, policy: ResolvedPolicy, echo: s
   if (echo !== undefined) headers.set(IDEMPOTENCY_KEY_HEADER.toLowerCase(), echo);
   if (replayed || policy.replayHeader.onFresh) headers.set(policy.replayHeader.name.toLowerCase(), replayMarker(policy, replayed));
   return headers;
+}
+
+/** True when the handler has a `@Res()` or `@Next()` parameter: it may write the response itself. */
+function takesResponse(context: ExecutionContext): boolean {
+  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), context.getHandler().name);
+  return Object.keys(args ?? {}).some((key) => {
+    const type = Number(key.split(':')[0]);
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+}
+
+/** The status and headers the response carries now, for rendering the handler's outcome. */
+function routeResponseState(response: HttpResponse, raw: ServerResponse): RouteResponseState {
+  const reply = response as { getHeaders?: () => OutgoingHttpHeaders };
+  const headers = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  return { statusCode: raw.statusCode, headers, platform: response.raw ? 'fastify' : 'express' };
 }
 
 function deferred<T>(): { promise: Promise<T>; resolve: (value: T) => void } {
