@@ -128,14 +128,14 @@ describe('IdempotencyService.execute on a transactional route', () => {
     expect(durable.log).toContain('release');
   });
 
-  it('a success whose outcome is forced to release commits the business writes and frees the key', async () => {
+  it('a success whose outcome is forced to release rolls the business writes back and frees the key (committed ⇔ completed)', async () => {
     const result = await engine.execute(await claim(), {
       run: async () => ({ ok: true, value: 1 }),
       response: async () => created,
       override: () => 'release',
     });
     expect(result).toEqual({ kind: 'sent' });
-    expect(durable.log).toEqual(['commit', 'release']);
+    expect(durable.log).toEqual(['rollback', 'release']);
   });
 
   it('a failed commit keeps the claim (no release) and asks the client to come back after the lease', async () => {
