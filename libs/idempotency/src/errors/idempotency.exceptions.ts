@@ -61,7 +61,7 @@ const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; 
   'idempotency-replay-unavailable': {
     status: 409,
     title: 'Original response cannot be replayed',
-    detail: 'The request with this Idempotency-Key was completed, but its response was too large or streamed and was not stored. Do not retry: look the result up instead.',
+    detail: 'The request with this Idempotency-Key was completed, but its response could not be stored (too large, streamed, or never rendered). Do not retry: look the result up instead.',
   },
   'idempotency-outcome-unknown': {
     status: 500,
