@@ -1,4 +1,4 @@
-import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import {
   Inject,
@@ -497,12 +497,18 @@ function replayedHeaders(stored: StoredResponse, policy: ResolvedPolicy, echo: s
   return headers;
 }
 
-/** True when the handler has a `@Res()` or `@Next()` parameter: it may write the response itself. */
+/**
+ * True when the handler takes the response over (`@Res()` without passthrough, or `@Next()`): it
+ * writes the answer itself. A passthrough handler returns its result for Nest to write.
+ */
 function takesResponse(context: ExecutionContext): boolean {
-  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), context.getHandler().name);
+  const controller = context.getClass();
+  const method = context.getHandler().name;
+  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method);
+  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method) === true;
   return Object.keys(args ?? {}).some((key) => {
     const type = Number(key.split(':')[0]);
-    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+    return type === RouteParamtypes.NEXT || (type === RouteParamtypes.RESPONSE && !passthrough);
   });
 }
 
