@@ -778,6 +778,20 @@ export class IdempotencyService implements OnApplicationShutdown {
     }
   }
 
+  /**
+   * The policy `run()` applies for `options` (over the module's options and the defaults),
+   * checked: a value no store can hold, or a durable policy without a durable store, throws
+   * `IdempotencyConfigurationError` naming the option. Message adapters call it when they are
+   * set up, so a bad configuration stops the application at startup, not at its first message.
+   */
+  policyFor(options?: IdempotentOptions): ResolvedPolicy {
+    const policy = resolvePolicy(this.settings.policyOptions, options);
+    if (policy.durable && !this.durableStore) {
+      throw new IdempotencyConfigurationError('durable and transactional need a durable store: pass `durableStore` to IdempotencyModule.');
+    }
+    return policy;
+  }
+
   private durable(): DurableIdempotencyStore {
     if (!this.durableStore) {
       throw new IdempotencyConfigurationError('no durable store is configured: pass `durableStore` to IdempotencyModule.');

@@ -375,6 +375,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
           const kind = result.reason === 'lost' ? 'idempotency-request-in-progress' : 'idempotency-store-unavailable';
           handled.resolve({ ok: false, error: this.problem(kind, { echo, retryAfterSeconds: result.retryAfterSeconds }) });
         }
+      })
+      .catch((error: unknown) => {
+        // The engine freed the claim; whatever was written must still reach the client.
+        this.logger.error(`the outcome of a request could not be recorded: ${String(error)}`);
+        executed.resolve({ kind: 'sent' });
+        handled.resolve({ ok: false, error });
       });
     return from(
       handled.promise.then((outcome) => {

@@ -274,8 +274,8 @@ function copyRecord(record: IdempotencyRecord): IdempotencyRecord {
  * IdempotencyStoreError (which means "the store failed").
  */
 
-/** 100 years: longer leases and TTLs are mistakes (and must fit the Redis record's 48-bit times). */
-const MAX_DURATION_MS = 3_155_760_000_000;
+/** 100 years: longer leases and TTLs are mistakes (and must fit the Redis record's 48-bit times). @internal */
+export const MAX_DURATION_MS = 3_155_760_000_000;
 /** Epoch ms below 2^48 (the year 10889), fencing tokens below 2^32: the Redis record's field sizes. */
 const MAX_EPOCH_MS = 2 ** 48 - 1;
 const MAX_FENCING_TOKEN = 2 ** 32 - 1;
