@@ -11,6 +11,8 @@ import {
   type IdempotentOptions,
 } from '@app/idempotency';
 import { idempotentProcessor, type IdempotentProcessorOptions } from '@app/idempotency/bullmq';
+import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { DataSource } from 'typeorm';
 
 /**
  * Configuration fails at startup, not on the first request (issue 18 item 7): every
@@ -33,6 +35,14 @@ function appWithRoute(options: IdempotentOptions, moduleOptions: IdempotencyModu
   @Module({ imports: [IdempotencyModule.forRoot(moduleOptions)], controllers: [OrdersController] })
   class AppModule {}
   return AppModule;
+}
+
+/**
+ * A real durable store over a data source that is never opened: startup does not touch it, and
+ * these applications never serve.
+ */
+function unopenedDurableStore(): TypeOrmIdempotencyStore {
+  return new TypeOrmIdempotencyStore(new DataSource({ type: 'postgres' }));
 }
 
 /** What `app.init()` rejects with (it runs before `listen()`: nothing is ever served). */
@@ -73,6 +83,19 @@ describe('@Idempotent() options are checked at startup', () => {
     ],
     ['a negative maxWaitMs', { inProgress: { mode: 'wait', maxWaitMs: -5 } }, {}, /inProgress\.maxWaitMs/],
     ['a maxStoredResponseBytes of 0', { maxStoredResponseBytes: 0 }, {}, /maxStoredResponseBytes must be a positive integer/],
+    ['a durable route without a durableStore', { durable: true }, {}, /durable: true needs a durableStore in IdempotencyModule/],
+    [
+      'a transactional route without a durableStore',
+      { transactional: true },
+      {},
+      /transactional: true needs a durableStore in IdempotencyModule/,
+    ],
+    [
+      'a route both durable and transactional without a durableStore',
+      { durable: true, transactional: true },
+      {},
+      /transactional: true needs a durableStore in IdempotencyModule/,
+    ],
   ])('%s stops the application, naming the route and the option', async (_case, options, moduleOptions, message) => {
     const failure = await startupFailure(appWithRoute(options, moduleOptions));
     expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
@@ -82,6 +105,13 @@ describe('@Idempotent() options are checked at startup', () => {
 
   it("a route that is not durable may fail open, and starts", async () => {
     expect(await startupFailure(appWithRoute({ onStoreError: 'fail-open', ttlMs: 3_600_000 }))).toBeUndefined();
+  });
+
+  it.each<[string, IdempotentOptions]>([
+    ['durable', { durable: true }],
+    ['transactional', { transactional: true }],
+  ])('a %s route starts when the module has a durableStore', async (_case, options) => {
+    expect(await startupFailure(appWithRoute(options, { durableStore: unopenedDurableStore() }))).toBeUndefined();
   });
 });
 
@@ -109,6 +139,16 @@ describe('@IdempotentConsumer() options are checked at startup', () => {
       "'fail-open' on a durable policy",
       { consumer: 'billing.order-created', key: () => 'k', options: { durable: true, onStoreError: 'fail-open' } },
       /onStoreError: 'fail-open' cannot be used with durable/,
+    ],
+    [
+      'a durable policy without a durableStore',
+      { consumer: 'billing.order-created', key: () => 'k', options: { durable: true } },
+      /durable: true needs a durableStore in IdempotencyModule/,
+    ],
+    [
+      'a transactional policy without a durableStore',
+      { consumer: 'billing.order-created', key: () => 'k', options: { transactional: true } },
+      /transactional: true needs a durableStore in IdempotencyModule/,
     ],
   ])('%s stops the application, naming the handler and the option', async (_case, options, message) => {
     const failure = await startupFailure(appWithConsumer(options));
