@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { from, lastValueFrom, of, type Observable } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
-import { computeFingerprint } from '../engine/fingerprint.js';
+import { computeFingerprint, type ParsedRequestBody } from '../engine/fingerprint.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
 import {
@@ -32,6 +32,10 @@ import {
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
+import { readVisibleBody, RequestBodyNotVisibleError, type BodyCarrier, type VisibleBody } from '../http/request-body.js';
+import { UnreadBodyTooLargeError } from '../http/unread-body.js';
+import { UploadedFileNotVisibleError } from '../http/uploaded-files.js';
 import type { OutcomeOverride } from '../engine/outcome-policy.js';
 import { IDEMPOTENCY_KEY_HEADER, PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
@@ -200,6 +204,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const tenant = await resolve('tenant');
     const principal = await resolve('principal');
     const fingerprintExtras: Record<string, string> = {};
+    // Every dimension resolved but left out of the identity is compared like the payload (rule 12a).
+    if (!inScope.has('tenant') && tenant !== undefined) fingerprintExtras.tenant = tenant;
     if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
     if (!inScope.has('operation')) fingerprintExtras.operation = operation;
     return {
@@ -223,13 +229,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const url = request.originalUrl ?? request.raw?.url ?? request.url ?? '';
     const queryAt = url.indexOf('?');
     const contentType = firstHeader(request.headers['content-type']);
+    const body = await this.rawBodyOf(request, policy, scope.operation);
     return computeFingerprint({
       method: request.method.toUpperCase(),
       routeTemplate: routeTemplateOf(request),
       pathParams: { ...request.params },
       query: queryAt < 0 ? '' : url.slice(queryAt + 1),
       contentType,
-      body: this.rawBodyOf(request),
+      body: body.bytes,
+      parsedBody: body.parsed,
       headers: (option.headers ?? []).map((name) => [name, (firstHeader(request.headers[name]) ?? '')] as [string, string]),
       extra: scope.fingerprintExtras,
       json: option.json,
@@ -351,7 +359,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
               (value): HandlerOutcome => ({ ok: true, value }),
               (error: unknown): HandlerOutcome => ({ ok: false, error }),
             );
-          if (!settlement.answeredEarly) routeAtSettlement = routeResponseState(response, raw);
+          routeAtSettlement = settlement.answeredEarly
+            ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
+              { ...routeResponseState(response, raw, true), statusCode: routeAtStart.statusCode }
+            : routeResponseState(response, raw);
           settlement.settle(outcome);
           handled.resolve(outcome);
           return outcome;
@@ -413,18 +424,41 @@ export class IdempotencyInterceptor implements NestInterceptor {
       : { statusCode: captured.statusCode, headers, body: captured.body };
   }
 
-  private rawBodyOf(request: HttpRequest): Buffer | undefined {
-    if (Buffer.isBuffer(request.rawBody)) return request.rawBody;
-    const { body } = request;
-    if (body === undefined || body === null) return undefined;
-    if (!this.warnedNoRawBody) {
+  /**
+   * What the fingerprint sees of the body (CONTRACT B.4 rule 15): the raw bytes where they can
+   * be had (kept by the platform, or read here before any other layer and put back), else what
+   * an upload interceptor or the platform parsed. A body it cannot see fails the request with a
+   * configuration error instead of being fingerprinted in part.
+   */
+  private async rawBodyOf(
+    request: HttpRequest,
+    policy: ResolvedPolicy,
+    operation: string,
+  ): Promise<{ bytes?: Buffer; parsed?: ParsedRequestBody }> {
+    let visible: VisibleBody;
+    try {
+      visible = await readVisibleBody(request as unknown as BodyCarrier, policy.maxFingerprintedBodyBytes);
+    } catch (error) {
+      if (error instanceof UnreadBodyTooLargeError) {
+        const echo = policy.echoKey ? this.receivedKey(request) : undefined;
+        throw this.problem('idempotency-request-too-large', { echo, extensions: { maxBytes: policy.maxFingerprintedBodyBytes } });
+      }
+      if (!(error instanceof RequestBodyNotVisibleError || error instanceof UploadedFileNotVisibleError)) throw error;
+      const message =
+        `@Idempotent() ${operation}: the request body cannot be fingerprinted: ${error.message}. ` +
+        'Let the idempotency interceptor read the body first (write @Idempotent() below that layer\'s @UseInterceptors()), ' +
+        'create the app with NestFactory.create(AppModule, { rawBody: true }), store uploads in memory or on disk, ' +
+        'or give the route a fingerprint function.';
+      this.logger.error(message);
+      throw new IdempotencyConfigurationError(message);
+    }
+    if (visible.source === 'parsed' && !this.warnedNoRawBody) {
       this.warnedNoRawBody = true;
       this.logger.warn(
         'request.rawBody is missing: fingerprints fall back to the parsed body, which loses number spelling (1 vs 1.0). Create the app with NestFactory.create(AppModule, { rawBody: true }).',
       );
     }
-    if (Buffer.isBuffer(body)) return body;
-    return Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+    return { bytes: visible.bytes, parsed: visible.parsed };
   }
 
   private routeOf(context: ExecutionContext): RouteState | null {
@@ -518,10 +552,14 @@ function takesResponse(context: ExecutionContext): boolean {
   });
 }
 
-/** The status and headers the response carries now, for rendering the handler's outcome. */
-function routeResponseState(response: HttpResponse, raw: ServerResponse): RouteResponseState {
+/**
+ * The status and headers the response carries now, for rendering the handler's outcome; without
+ * the `Content-*` headers when another answer has been written over them.
+ */
+function routeResponseState(response: HttpResponse, raw: ServerResponse, withoutRepresentation = false): RouteResponseState {
   const reply = response as { getHeaders?: () => OutgoingHttpHeaders };
-  const headers = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  let headers: OutgoingHttpHeaders = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  if (withoutRepresentation) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-/i.test(name)));
   return { statusCode: raw.statusCode, headers, platform: response.raw ? 'fastify' : 'express' };
 }
 
