@@ -39,15 +39,15 @@ try {
 }
 // Under node_modules, Node finds no package scope: say that the output is ESM.
 await writeFile(join(distDir, 'package.json'), '{ "type": "module" }\n');
-// tsc leaves the `@app/idempotency` path alias as it is: a package in the output's own
+// tsc leaves the `nestjs-idempotency` path alias as it is: a package in the output's own
 // node_modules resolves it (and its entry points) to the compiled library.
-const aliasDir = join(distDir, 'node_modules/@app/idempotency');
+const aliasDir = join(distDir, 'node_modules/nestjs-idempotency');
 await rm(aliasDir, { recursive: true, force: true });
 await mkdir(aliasDir, { recursive: true });
 await symlink(join(distDir, 'libs/idempotency/src'), join(aliasDir, 'src'), 'dir');
 await writeFile(
   join(aliasDir, 'package.json'),
-  JSON.stringify({ name: '@app/idempotency', type: 'module', exports: { '.': './src/index.js', './*': './src/*/index.js' } }),
+  JSON.stringify({ name: 'nestjs-idempotency', type: 'module', exports: { '.': './src/index.js', './*': './src/*/index.js' } }),
 );
 const { runBench } = await import(pathToFileURL(join(distDir, 'bench/driver/main.js')).href);
 await runBench({

@@ -1,5 +1,5 @@
 import { Body, Controller, Headers, HttpCode, Post, Res } from '@nestjs/common';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef } from 'nestjs-idempotency';
 import { Idempotent as PeerIdempotent } from '@node-idempotency/nestjs';
 import type { ServerResponse } from 'node:http';
 import type { EntityManager } from 'typeorm';

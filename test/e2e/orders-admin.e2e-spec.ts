@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { buildScopedKey, IdempotencyService, resolvePolicy, type IdempotencyClaim } from '@app/idempotency';
+import { buildScopedKey, IdempotencyService, resolvePolicy, type IdempotencyClaim } from 'nestjs-idempotency';
 import { send, type HttpResult } from '../utils/http.js';
 import { backends } from './support/backends.js';
 import { useOrdersApp } from './support/orders-app.js';

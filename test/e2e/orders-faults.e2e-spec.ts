@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import type { INestApplication } from '@nestjs/common';
-import { buildScopedKey, IdempotencyService } from '@app/idempotency';
+import { buildScopedKey, IdempotencyService } from 'nestjs-idempotency';
 import type pg from 'pg';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { send, sleep, type HttpResult } from '../utils/http.js';

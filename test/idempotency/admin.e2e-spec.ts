@@ -9,9 +9,9 @@ import {
   buildScopedKey,
   resolvePolicy,
   type IdempotencyModuleOptions,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from '@app/idempotency/typeorm';
+} from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from 'nestjs-idempotency/typeorm';
 import { freePort } from '../utils/redis.js';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';
 

@@ -20,8 +20,8 @@ import {
   IdempotentConsumerKeyError,
   MemoryIdempotencyStore,
   type IdempotencyStore,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+} from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
 

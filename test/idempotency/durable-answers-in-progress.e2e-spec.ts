@@ -7,9 +7,9 @@ import {
   MemoryIdempotencyStore,
   resolvePolicy,
   type StoredResponse,
-} from '@app/idempotency';
+} from 'nestjs-idempotency';
 import { resolveModuleSettings } from '../../libs/idempotency/src/idempotency.options.js';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
 import { createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';

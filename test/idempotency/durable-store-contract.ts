@@ -7,7 +7,7 @@ import {
   type DurableTransaction,
   type IdempotencyRecord,
   type StoredResponse,
-} from '@app/idempotency';
+} from 'nestjs-idempotency';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**

@@ -4,7 +4,7 @@ import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
-import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from '@app/idempotency';
+import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from 'nestjs-idempotency';
 import {
   AddIdempotencyRecordsInProgressIndex1764150000000,
   CreateIdempotencyRecords1764100000000,
@@ -17,7 +17,7 @@ import {
   TypeOrmIdempotencyStore,
   idempotencyTypeOrmEntities,
   type TypeOrmIdempotencyStoreOptions,
-} from '@app/idempotency/typeorm';
+} from 'nestjs-idempotency/typeorm';
 import {
   TEST_DATABASE_URL,
   connectPostgresOrFail,

@@ -1,4 +1,4 @@
-import type { ClaimRequest, ForceDeleteScope, InProgressEntry } from '@app/idempotency';
+import type { ClaimRequest, ForceDeleteScope, InProgressEntry } from 'nestjs-idempotency';
 
 /** The inspection methods both store contracts share (`IdempotencyStore`, `DurableIdempotencyStore`). */
 interface InspectableStore {

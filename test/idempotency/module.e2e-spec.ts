@@ -10,7 +10,7 @@ import {
   MemoryIdempotencyStore,
   type IdempotencyModuleOptions,
   type IdempotencyOptionsFactory,
-} from '@app/idempotency';
+} from 'nestjs-idempotency';
 import { send } from '../utils/http.js';
 
 /** How applications register the module: forRoot, forRootAsync with @nestjs/config, useClass. */
@@ -57,7 +57,7 @@ describe('IdempotencyModule registration', () => {
       expect(retry.json()).toEqual(first.json());
       expect(first.headers.get('idempotency-key')).toBeNull(); // echoKey from the factory
       const record = await app.get(IdempotencyService).store.get(
-        (await import('@app/idempotency')).buildScopedKey({ operation: 'POST /ping', key }, ['operation']).id,
+        (await import('nestjs-idempotency')).buildScopedKey({ operation: 'POST /ping', key }, ['operation']).id,
       );
       expect(record!.expiresAtMs - record!.createdAtMs).toBe(7_200_000);
     } finally {

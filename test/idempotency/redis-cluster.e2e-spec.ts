@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
-import { IdempotencyStoreError } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyStoreError } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
 import {

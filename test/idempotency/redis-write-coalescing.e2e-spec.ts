@@ -1,8 +1,8 @@
 import { jest } from '@jest/globals';
 import { Socket } from 'node:net';
 import { randomUUID } from 'node:crypto';
-import { newOwnerToken } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { newOwnerToken } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 
 const claimOf = () => ({ ownerToken: newOwnerToken(), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 60_000 });

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '@app/idempotency';
+import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from 'nestjs-idempotency';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**

@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
 import { jest } from '@jest/globals';
 import { Cluster, type Redis } from 'ioredis';
-import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from '@app/idempotency';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
+import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import {
   decodeClaimReply,
   decodeFlagReply,

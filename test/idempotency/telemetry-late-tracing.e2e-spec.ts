@@ -2,7 +2,7 @@ import { jest } from '@jest/globals';
 import { ProxyTracerProvider } from '@opentelemetry/api';
 import type { Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { IDEMPOTENCY_SPANS, MemoryIdempotencyStore } from '@app/idempotency';
+import { IDEMPOTENCY_SPANS, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send } from '../utils/http.js';
 import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';

@@ -10,8 +10,8 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type StoredResponse,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+} from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../utils/redis.js';
 import { emptyModel, engineCommands, modelEngine, type Real } from './support/engine-model.js';

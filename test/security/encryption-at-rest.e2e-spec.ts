@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { IdempotencyCipher, IdempotencyService, buildScopedKey, resolvePolicy, type IdempotencyEncryptionOptions } from '@app/idempotency';
+import { IdempotencyCipher, IdempotencyService, buildScopedKey, resolvePolicy, type IdempotencyEncryptionOptions } from 'nestjs-idempotency';
 import { securityRecordId, startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
 import { send, sleep, type HttpResult } from '../utils/http.js';
 import { openBackend, type Backend } from './support/backends.js';

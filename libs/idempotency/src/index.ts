@@ -1,6 +1,6 @@
 /**
- * `@app/idempotency`: the core. Redis and TypeORM stores live behind their own entry points
- * (`@app/idempotency/redis`, `@app/idempotency/typeorm`), so this one imports neither.
+ * `nestjs-idempotency`: the core. Redis and TypeORM stores live behind their own entry points
+ * (`nestjs-idempotency/redis`, `nestjs-idempotency/typeorm`), so this one imports neither.
  */
 export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyOptionsFactory } from './idempotency.module-definition.js';

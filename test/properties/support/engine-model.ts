@@ -8,8 +8,8 @@ import {
   type IdempotencyPolicyOptions,
   type IdempotencyStore,
   type ResolvedPolicy,
-} from '@app/idempotency';
-import { buildScopedKey } from '@app/idempotency';
+} from 'nestjs-idempotency';
+import { buildScopedKey } from 'nestjs-idempotency';
 import { resolveModuleSettings } from '../../../libs/idempotency/src/idempotency.options.js';
 
 /**

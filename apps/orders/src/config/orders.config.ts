@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import type { LogLevel } from '@nestjs/common';
-import type { IdempotencyEncryptionOptions } from '@app/idempotency';
+import type { IdempotencyEncryptionOptions } from 'nestjs-idempotency';
 import { parseEncryptionKeys } from './encryption-keys.js';
 
 /**

@@ -7,7 +7,7 @@ import {
   HealthIndicatorService,
   TypeOrmHealthIndicator,
 } from '@nestjs/terminus';
-import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
 import { ProblemException } from '../common/problem-details/problem-details.js';

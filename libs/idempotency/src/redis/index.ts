@@ -1,5 +1,5 @@
 /**
- * `@app/idempotency/redis`: the Redis fast tier. The only part of the library that imports
+ * `nestjs-idempotency/redis`: the Redis fast tier. The only part of the library that imports
  * `ioredis`, so an application without Redis never loads it.
  */
 export {

@@ -7,7 +7,7 @@
  */
 
 /** Instrumentation scope of the meter and the tracer. @publicApi */
-export const IDEMPOTENCY_INSTRUMENTATION_SCOPE = '@app/idempotency';
+export const IDEMPOTENCY_INSTRUMENTATION_SCOPE = 'nestjs-idempotency';
 
 /** Version reported with the instrumentation scope (the library's version). */
 export const INSTRUMENTATION_VERSION = '0.1.0';
