@@ -21,5 +21,5 @@ export const Idempotent = (options: IdempotentOptions = {}) =>
     IdempotentRoute(options),
     UseInterceptors(IdempotencyInterceptor),
     UseFilters(IdempotencyProblemFilter),
-    ...idempotencyApiDocs(options),
+    idempotencyApiDocs(options),
   );
