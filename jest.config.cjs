@@ -19,6 +19,7 @@ module.exports = {
   },
   testMatch: [
     '<rootDir>/libs/**/*.spec.ts',
+    '<rootDir>/libs/**/*.e2e-spec.ts',
     '<rootDir>/apps/**/*.spec.ts',
     '<rootDir>/test/**/*.e2e-spec.ts',
   ],

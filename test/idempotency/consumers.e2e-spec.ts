@@ -12,15 +12,17 @@ import {
 } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import {
-  IdempotencyConsumerContext,
   IdempotencyContextRef,
   IdempotencyModule,
   IdempotencyRunError,
-  IdempotentConsumer,
-  IdempotentConsumerKeyError,
   MemoryIdempotencyStore,
   type IdempotencyStore,
 } from 'nestjs-idempotency';
+import {
+  IdempotencyConsumerContext,
+  IdempotentConsumer,
+  IdempotentConsumerKeyError,
+} from 'nestjs-idempotency/consumers';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';

@@ -3,7 +3,7 @@ import { metrics, type Attributes } from '@opentelemetry/api';
 import { MeterProvider, MetricReader, type ResourceMetrics } from '@opentelemetry/sdk-metrics';
 import type { Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
-import { IDEMPOTENCY_METRICS as M, IDEMPOTENCY_SPANS } from 'nestjs-idempotency';
+import { IDEMPOTENCY_METRICS as M, IDEMPOTENCY_SPANS } from 'nestjs-idempotency/telemetry';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';

@@ -7,3 +7,4 @@ export {
   RedisIdempotencyStore,
   type RedisIdempotencyStoreOptions,
 } from './redis-idempotency.store.js';
+export { REDIS_STORE_SCRIPTS } from './redis-scripts.js';

@@ -331,3 +331,22 @@ local deleted = redis.call('DEL', KEYS[1])
 if deleted == 1 then redis.call('PUBLISH', ARGV[2], 'released') end
 return deleted
 `;
+
+/**
+ * The Lua source of every script the Redis store runs, by store operation. ioredis sends a
+ * script's text once per connection (EVAL), then its SHA-1 (EVALSHA): hash a source to find
+ * its calls in `SLOWLOG`, `MONITOR` or a latency report.
+ *
+ * @publicApi
+ */
+export const REDIS_STORE_SCRIPTS = Object.freeze({
+  claim: CLAIM_SCRIPT,
+  takeOver: TAKE_OVER_SCRIPT,
+  complete: COMPLETE_SCRIPT,
+  release: RELEASE_SCRIPT,
+  extend: EXTEND_SCRIPT,
+  get: GET_SCRIPT,
+  restore: RESTORE_SCRIPT,
+  listInProgress: IN_PROGRESS_SCRIPT,
+  forceDelete: FORCE_DELETE_SCRIPT,
+});

@@ -8,8 +8,8 @@ import {
   decodeClaimReply,
   decodeFlagReply,
   decodeGetReply,
-} from '../../libs/idempotency/src/redis/redis-idempotency.store.js';
-import { packResponse } from '../../libs/idempotency/src/redis/response-packing.js';
+} from '../src/redis/redis-idempotency.store.js';
+import { packResponse } from '../src/redis/response-packing.js';
 import {
   deleteKeys,
   freePort,
@@ -18,7 +18,7 @@ import {
   startRedisCluster,
   startRedisServer,
   type ThrowawayRedisCluster,
-} from '../utils/redis.js';
+} from '../../../test/utils/redis.js';
 import {
   claimRequest,
   describeStoreContract,
@@ -27,7 +27,7 @@ import {
   newToken,
   sampleResponse,
   sleep,
-} from './store-contract.js';
+} from '../../../test/idempotency/store-contract.js';
 
 /** Every key this run writes starts with it; the shared Redis is never flushed. */
 const RUN = `idem-stores-${randomBytes(4).toString('hex')}`;

@@ -1,16 +1,14 @@
 import fc from 'fast-check';
 import {
   IdempotencyService,
-  decideOutcome,
-  resolvePolicy,
-  type BeginResult,
-  type IdempotencyClaim,
   type IdempotencyPolicyOptions,
   type IdempotencyStore,
-  type ResolvedPolicy,
 } from 'nestjs-idempotency';
-import { buildScopedKey } from 'nestjs-idempotency';
-import { resolveModuleSettings } from '../../../libs/idempotency/src/idempotency.options.js';
+import { decideOutcome } from '../../src/engine/outcome-policy.js';
+import { resolvePolicy, type ResolvedPolicy } from '../../src/idempotency.options.js';
+import { type BeginResult, type IdempotencyClaim } from '../../src/engine/idempotency.service.js';
+import { buildScopedKey } from '../../src/engine/scoped-key.js';
+import { resolveModuleSettings } from '../../src/idempotency.options.js';
 
 /**
  * A pure reference model of one record's state machine (CONTRACT B.5, B.7, B.9), and fast-check

@@ -12,9 +12,9 @@ import {
   type StoredResponse,
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { sleep } from '../utils/http.js';
-import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../utils/redis.js';
-import { emptyModel, engineCommands, modelEngine, type Real } from './support/engine-model.js';
+import { sleep } from '../../../../test/utils/http.js';
+import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../../../../test/utils/redis.js';
+import { emptyModel, engineCommands, modelEngine, type Real } from './engine-model.js';
 
 /**
  * The engine against a pure reference model of the state machine (CONTRACT B.5, B.7, B.9):
