@@ -32,10 +32,10 @@ import {
   newId,
   newToken,
   sampleResponse,
-  sleep,
   type DurableStoreUnderTest,
   type RowDamage,
-} from './durable-store-contract.js';
+} from 'nestjs-idempotency/testing';
+import { sleep } from '../utils/http.js';
 
 /** "Fast": an unreachable database answers with an error well within a request's budget. */
 const FAST_MS = 2_000;

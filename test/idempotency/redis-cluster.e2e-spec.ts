@@ -13,7 +13,8 @@ import {
   type ThrowawayRedisCluster,
 } from '../utils/redis.js';
 import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../utils/redis-cluster.js';
-import { claimRequest, newId, sampleResponse, sleep } from './store-contract.js';
+import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
+import { sleep } from '../utils/http.js';
 
 /** Resolves after `ms` without keeping the process alive. */
 const later = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -26,8 +26,8 @@ import {
   newId,
   newToken,
   sampleResponse,
-  sleep,
-} from '../../../test/idempotency/store-contract.js';
+} from 'nestjs-idempotency/testing';
+import { sleep } from '../../../test/utils/http.js';
 
 /** Every key this run writes starts with it; the shared Redis is never flushed. */
 const RUN = `idem-stores-${randomBytes(4).toString('hex')}`;

@@ -1,9 +1,12 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from 'nestjs-idempotency';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { ClaimRequest, IdempotencyStore } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
+import { itEach, resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
- * The fast-tier contract (`IdempotencyStore`, DESIGN "The record and its states"), as a suite any
+ * The fast-tier contract (`IdempotencyStore`, docs/durability.md "The record and its states"), as a suite any
  * implementation must pass. Real timers and short TTLs: expiry and leases are measured by the
  * store's own clock (Redis `TIME` for Redis), never faked.
  */
@@ -55,9 +58,18 @@ export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredR
 
 /**
  * Registers the contract suite for one store. `makeStore` runs before every test and must give
- * a store with no records (a fresh instance or a fresh key prefix).
+ * a store with no records (a fresh instance or a fresh key prefix). `runner` is your test
+ * runner's `describe`, `it`, `beforeEach` and `afterEach`; without it, its globals are used.
+ *
+ * @example
+ * describeStoreContract('my store', async () => {
+ *   const store = new MyStore(await connect());
+ *   return { store, cleanup: () => store.close() };
+ * });
+ * @publicApi
  */
-export function describeStoreContract(name: string, makeStore: () => Promise<StoreUnderTest>): void {
+export function describeStoreContract(name: string, makeStore: () => Promise<StoreUnderTest>, runner?: ContractTestRunner): void {
+  const { describe, it, beforeEach, afterEach } = resolveRunner(runner);
   describe(`IdempotencyStore contract: ${name}`, () => {
     let store: IdempotencyStore;
     let cleanup: (() => Promise<void>) | undefined;
@@ -180,7 +192,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         expect((await store.claim(b, claimRequest())).kind).toBe('claimed');
       });
 
-      it.each([
+      itEach(it)([
         ['leaseMs', 0],
         ['leaseMs', -1],
         ['leaseMs', 1.5],

@@ -1,13 +1,11 @@
 import { createHash, randomBytes } from 'node:crypto';
-import {
-  IdempotencyClaimLostError,
-  IdempotencyStoreError,
-  type ClaimRequest,
-  type DurableIdempotencyStore,
-  type DurableTransaction,
-  type IdempotencyRecord,
-  type StoredResponse,
-} from 'nestjs-idempotency';
+import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { DurableIdempotencyStore, DurableTransaction } from '../stores/durable-idempotency-store.js';
+import type { ClaimRequest } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
+import { itEach, resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
@@ -138,9 +136,18 @@ async function expectStoreError(promise: Promise<unknown>): Promise<IdempotencyS
 }
 
 /**
- * Registers the contract suite for one durable store. `make` runs before every test.
+ * Registers the contract suite for one durable store. `make` runs before every test. `runner` is
+ * your test runner's `describe`, `it`, `beforeEach` and `afterEach`; without it, its globals are used.
+ *
+ * @publicApi
  */
-export function describeDurableStoreContract(name: string, make: () => Promise<DurableStoreUnderTest>): void {
+export function describeDurableStoreContract(
+  name: string,
+  make: () => Promise<DurableStoreUnderTest>,
+  runner?: ContractTestRunner,
+): void {
+  const resolved = resolveRunner(runner);
+  const { describe, it, beforeEach, afterEach } = resolved;
   describe(`DurableIdempotencyStore contract: ${name}`, () => {
     let h: DurableStoreUnderTest;
     let store: DurableIdempotencyStore;
@@ -310,7 +317,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await h.countRows()).toBe(2);
       });
 
-      it.each([
+      itEach(it)([
         ['leaseMs', 0],
         ['leaseMs', -1],
         ['leaseMs', 1.5],
@@ -678,7 +685,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
     });
 
     describe('unreadable rows', () => {
-      it.each(Object.entries(ROW_DAMAGES))(
+      itEach(it)(Object.entries(ROW_DAMAGES))(
         'rejects get, claim and takeOver with IdempotencyStoreError (durable) for %s; transaction: %s, before work',
         async (damage, transactionOutcome) => {
           const key = newId();
@@ -784,7 +791,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await h.countRows()).toBe(0);
       });
 
-      it.each([
+      itEach(it)([
         ['batchSize 0', 0, undefined],
         ['batchSize 1.5', 1.5, undefined],
         ['nowMs NaN', 10, Number.NaN],
@@ -854,7 +861,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await store.get(key)).toEqual(taken.record);
       });
 
-      it.each([
+      itEach(it)([
         ['an absent key', async (_c: Claimer) => ({ key: newId(), token: newToken() })],
         ['a wrong owner token', async (c: Claimer) => ({ key: await c.key(), token: newToken() })],
         ['a completed row', async (c: Claimer) => c.completedKey()],
@@ -976,7 +983,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
       });
     });
 
-    describeRowLocks(() => h, () => store, claimed);
+    describeRowLocks(resolved, () => h, () => store, claimed);
 
     describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
       it('lists live in-progress rows created at least olderThanMs ago, oldest first, up to limit', async () => {
@@ -1047,6 +1054,7 @@ type Claimer = {
  * nothing is skipped.
  */
 function describeRowLocks(
+  { describe, it }: ContractTestRunner,
   harness: () => DurableStoreUnderTest,
   storeOf: () => DurableIdempotencyStore,
   claimed: (key: string, overrides?: Partial<ClaimRequest>) => Promise<IdempotencyRecord>,
