@@ -12,7 +12,7 @@ const ACTOR = 'alice@ops';
 const OPERATION = 'orders.create';
 /**
  * What `POST /orders` answers while the hanging claim holds its key: the claim's fingerprint is
- * not the request's, and a mismatch takes precedence over in-progress (CONTRACT B.13 item 5).
+ * not the request's, and a mismatch takes precedence over in-progress (docs/contract.md B.13 item 5).
  */
 const BLOCKED = 422;
 

@@ -88,13 +88,14 @@ const store: IdempotencyStore = process.env.REDIS_URL
   : new MemoryIdempotencyStore();
 
 @Module({
-  imports: [IdempotencyModule.forRoot({ store })],
+  // A single-tenant API without users: a key is unique per operation (route).
+  imports: [IdempotencyModule.forRoot({ store, scope: ['operation'] })],
   controllers: [OrdersController],
 })
 class AppModule {}
 
 async function main(): Promise<void> {
-  const app = await NestFactory.create(AppModule, { logger: ['error', 'warn'] });
+  const app = await NestFactory.create(AppModule, { rawBody: true, logger: ['error', 'warn'] });
   app.enableShutdownHooks();
   await app.listen(0, '127.0.0.1');
   console.log(\`listening on \${await app.getUrl()}\`);

@@ -3,7 +3,7 @@ import { resolveModuleSettings, resolvePolicy } from './idempotency.options.js';
 import { IdempotencyCipher } from './security/idempotency-cipher.js';
 
 describe('resolvePolicy', () => {
-  it('applies the CONTRACT B.12 defaults', () => {
+  it('applies the docs/contract.md B.12 defaults', () => {
     const policy = resolvePolicy({});
     expect(policy).toMatchObject({
       methods: ['POST', 'PATCH'],

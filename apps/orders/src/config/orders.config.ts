@@ -75,7 +75,7 @@ export class OrdersConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(
       `Invalid configuration of the orders service:\n${problems.map((p) => `  - ${p}`).join('\n')}\n` +
-        'Fix these environment variables (see README.md, "Configuration") and start again.',
+        'Fix these environment variables (see apps/orders/README.md, "Configuration") and start again.',
     );
     this.name = this.constructor.name;
   }

@@ -46,7 +46,7 @@ export const apiDocsProvider: FactoryProvider<void> = {
   useFactory: whenApiDocsApplied,
 };
 
-/** The RFC 9457 body of every problem the idempotency layer answers (CONTRACT B.11). */
+/** The RFC 9457 body of every problem the idempotency layer answers (docs/contract.md B.11). */
 const PROBLEM_SCHEMA = {
   type: 'object',
   required: ['type', 'title', 'status'] as string[],

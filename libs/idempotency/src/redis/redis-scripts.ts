@@ -25,7 +25,7 @@
  * | rest   | body bytes, exactly as captured; packed: headers and body compressed      |
  *
  * The key carries a Redis expiry at `expiresAtMs` (PEXPIREAT), so Redis removes records by
- * itself; the scripts still treat `expiresAtMs <= now` as absent (CONTRACT B.10 rule 30).
+ * itself; the scripts still treat `expiresAtMs <= now` as absent (docs/contract.md B.10 rule 30).
  *
  * Record reply (`<record>` below): ten elements, in this order: flags, fencingToken,
  * createdAtMs, leaseExpiresAtMs, expiresAtMs, statusCode (integers), fingerprint, ownerToken,

@@ -1,6 +1,6 @@
 /**
  * Names of the library's OpenTelemetry instruments and spans. They are part of the public
- * contract (dashboards and alerts depend on them): the README lists them, and a rename is a
+ * contract (dashboards and alerts depend on them): docs/operations.md lists them, and a rename is a
  * breaking change. The Prometheus exporter turns `idempotency.claims` into
  * `idempotency_claims_total` and `idempotency.store.duration` (seconds) into
  * `idempotency_store_duration_bucket` / `_sum` / `_count` (the unit is in `# UNIT`, not the name).

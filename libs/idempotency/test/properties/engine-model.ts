@@ -11,7 +11,7 @@ import { buildScopedKey } from '../../src/engine/scoped-key.js';
 import { resolveModuleSettings } from '../../src/idempotency.options.js';
 
 /**
- * A pure reference model of one record's state machine (CONTRACT B.5, B.7, B.9), and fast-check
+ * A pure reference model of one record's state machine (docs/contract.md B.5, B.7, B.9), and fast-check
  * commands that drive the real engine (`begin`, `finish`, `abandon`) and the model side by side,
  * comparing every observable answer.
  *
