@@ -19,6 +19,8 @@ export interface ProblemDetails {
  * The problem kinds of docs/contract.md B.11, plus `idempotency-scope-unresolved` (rule 13),
  * `idempotency-request-too-large` (413: the body to fingerprint exceeds `maxFingerprintedBodyBytes`)
  * and `idempotency-record-unreadable` (500: a stored response that does not decrypt; fails closed).
+ *
+ * @publicApi
  */
 export type IdempotencyProblemKind =
   | 'idempotency-key-missing'

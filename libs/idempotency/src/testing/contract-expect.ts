@@ -124,7 +124,7 @@ function thrownMatches(error: unknown, expected: Constructor | string | RegExp |
   return typeof expected === 'string' ? message.includes(expected) : expected.test(message);
 }
 
-/** `expect(value)`, with `.not`, `.resolves` and `.rejects`. */
+/** `expect(value)`, with `.not`, `.resolves` and `.rejects`. @internal */
 export function expect(actual: unknown): Matchers & { not: Matchers; resolves: AsyncMatchers; rejects: AsyncMatchers } {
   const settled = async (wanted: 'fulfilled' | 'rejected'): Promise<unknown> => {
     try {

@@ -18,7 +18,7 @@ export interface ContractTestRunner {
   afterEach(hook: Body): unknown;
 }
 
-/** The runner passed in, or the one whose globals are installed (Jest, Vitest with globals, Mocha). */
+/** The runner passed in, or the one whose globals are installed (Jest, Vitest with globals, Mocha). @internal */
 export function resolveRunner(runner: ContractTestRunner | undefined): ContractTestRunner {
   if (runner) return runner;
   const globals = globalThis as Partial<ContractTestRunner>;
@@ -32,7 +32,7 @@ export function resolveRunner(runner: ContractTestRunner | undefined): ContractT
   return { describe, it, beforeEach, afterEach };
 }
 
-/** `it.each(table)(name, body)` on any runner: one test per row, `%s`/`%p` in `name` filled from the row. */
+/** `it.each(table)(name, body)` on any runner: one test per row, `%s`/`%p` in `name` filled from the row. @internal */
 export function itEach(it: ContractTestRunner['it']) {
   return <const Row extends readonly unknown[]>(table: readonly Row[]) =>
     (name: string, body: (...row: [...Row]) => void | Promise<void>): void => {

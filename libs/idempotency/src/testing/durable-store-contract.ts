@@ -12,6 +12,8 @@ import { expectInspectionBasics, expectListingOldestFirst } from './inspection-c
  * The durable-tier contract (`DurableIdempotencyStore`, DESIGN "Durable tier" and "The flow of one
  * request" steps 4, 6 and 7), as a suite any implementation must pass. Real timers and short
  * TTLs: leases and expiry are measured by the application's clock, never faked.
+ *
+ * @publicApi
  */
 export interface DurableStoreUnderTest {
   /** A store on an empty table. */
@@ -45,6 +47,8 @@ export interface DurableStoreUnderTest {
  * answers for it: a row that is no longer `in_progress` under our token (a completed row, an
  * unknown state, a blank owner) is not ours to lock, so the claim is lost; a row that is ours
  * but unreadable is a store error.
+ *
+ * @publicApi
  */
 export const ROW_DAMAGES = {
   'unknown state': 'claim-lost',
@@ -56,6 +60,7 @@ export const ROW_DAMAGES = {
   'completed row whose headers are a JSON array': 'claim-lost',
   'completed row with status code 42': 'claim-lost',
 } as const;
+/** @publicApi */
 export type RowDamage = keyof typeof ROW_DAMAGES;
 
 /** Lifetimes short enough to watch expire, long enough for a claim and a write on a busy sql.js. */

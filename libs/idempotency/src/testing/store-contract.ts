@@ -9,6 +9,8 @@ import { expectInspectionBasics, expectListingOldestFirst } from './inspection-c
  * The fast-tier contract (`IdempotencyStore`, docs/durability.md "The record and its states"), as a suite any
  * implementation must pass. Real timers and short TTLs: expiry and leases are measured by the
  * store's own clock (Redis `TIME` for Redis), never faked.
+ *
+ * @publicApi
  */
 export interface StoreUnderTest {
   store: IdempotencyStore;
@@ -27,20 +29,22 @@ const PROMPT_MS = 500;
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A storage id shaped like `buildScopedKey().id` (32 hex characters). */
+/** A random storage id shaped like the engine's (32 hex characters). @publicApi */
 export const newId = (): string => randomBytes(16).toString('hex');
-/** An owner token shaped like `newOwnerToken()` (22 base64url characters). */
+/** A random owner token shaped like the engine's (22 base64url characters). @publicApi */
 export const newToken = (): string => randomBytes(16).toString('base64url');
-/** A fingerprint shaped like the engine's (base64url SHA-256, 43 characters). */
+/** A random fingerprint shaped like the engine's (base64url SHA-256, 43 characters). @publicApi */
 export const newFingerprint = (): string => createHash('sha256').update(randomBytes(16)).digest('base64url');
 
+/** A `ClaimRequest` with fresh token and fingerprint and 60 s lease and lifetime, `overrides` applied. @publicApi */
 export function claimRequest(overrides: Partial<ClaimRequest> = {}): ClaimRequest {
   return { ownerToken: newToken(), fingerprint: newFingerprint(), leaseMs: LONG_MS, ttlMs: LONG_MS, ...overrides };
 }
 
-/** Bytes that are not valid UTF-8 (lone continuation bytes, an overlong form, a surrogate, NUL, CR LF). */
+/** Bytes that are not valid UTF-8 (lone continuation bytes, an overlong form, a surrogate, NUL, CR LF). @publicApi */
 export const NON_UTF8_BODY = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0xbf, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0x0d, 0x0a, 0x7f]);
 
+/** A response with awkward headers (multi-valued, empty, non-ASCII) and a non-UTF-8 body, `overrides` applied. @publicApi */
 export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredResponse {
   return {
     statusCode: 201,
