@@ -46,7 +46,7 @@ export class IdempotencyContextRef {
 
   /**
    * On a `transactional` route, the ORM handle of the transaction the engine opened around the
-   * handler (a TypeORM `EntityManager` with `nestjs-idempotency/typeorm`). Write the business rows
+   * handler (a TypeORM `EntityManager` with `@app/idempotency/typeorm`). Write the business rows
    * through it: they commit together with the completed idempotency record, or not at all.
    *
    * @example const manager = idem.getManager<EntityManager>(); await manager.save(order);
