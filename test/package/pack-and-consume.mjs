@@ -143,6 +143,11 @@ for (const node of runtimes) {
 }
 
 // --- 2. Consumers -------------------------------------------------------------------------------
+// The README's example (its first TypeScript block) is type-checked too, in the ESM apps (it ends
+// with a top-level await, as an ESM main.ts may).
+const readme = await readFile(join(repoRoot, 'README.md'), 'utf8');
+const readmeExample = /```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+check(readmeExample !== undefined, 'the README has a TypeScript example');
 t = Date.now();
 await Promise.all(
   CONSUMERS.map(async (consumer) => {
@@ -151,6 +156,7 @@ await Promise.all(
     await writeFile(join(dir, 'package.json'), `${JSON.stringify(consumerPackageJson(consumer), null, 2)}\n`);
     await writeFile(join(dir, 'tsconfig.json'), `${JSON.stringify(CONSUMER_TSCONFIG, null, 2)}\n`);
     await writeFile(join(dir, 'src/main.ts'), CONSUMER_MAIN_TS);
+    if (consumer.moduleType === 'module') await writeFile(join(dir, 'src/readme-example.ts'), readmeExample ?? '');
     // The README's command, the tarball standing for the package name. One shared npm cache.
     const install = consumer.install.map((spec) => (spec === 'nestjs-idempotency' ? tarball : spec));
     const installing = Date.now();
@@ -174,7 +180,8 @@ await Promise.all(
     );
     const nest = JSON.parse(await readFile(join(dir, 'node_modules/@nestjs/core/package.json'), 'utf8')).version;
     const ioredis = JSON.parse(await readFile(join(dir, 'node_modules/ioredis/package.json'), 'utf8')).version;
-    check(compiled === '', `${consumer.name} (${consumer.moduleType}, @nestjs/core ${nest}, ioredis ${ioredis}): tsc with skipLibCheck: false`, compiled);
+    const what = consumer.moduleType === 'module' ? 'the app and the README example' : 'the app';
+    check(compiled === '', `${consumer.name} (${consumer.moduleType}, @nestjs/core ${nest}, ioredis ${ioredis}): tsc with skipLibCheck: false, ${what}`, compiled);
   }),
 );
 log(`type checks took ${seconds(t)}`);
