@@ -1,7 +1,7 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
-import { IdempotencyModule } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyModule } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { NodeIdempotencyModule } from '@node-idempotency/nestjs';
 import { StorageAdapterEnum } from '@node-idempotency/shared';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';

@@ -1,7 +1,7 @@
 import { Body, Controller, Headers, HttpCode, Post, Res } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef } from 'nestjs-idempotency';
 import { Idempotent as PeerIdempotent } from '@node-idempotency/nestjs';
 import type { ServerResponse } from 'node:http';
 import type { EntityManager } from 'typeorm';

@@ -1,5 +1,5 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
-import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
+import { REDIS_FAIL_FAST_OPTIONS } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
 import type { ServerResponse } from 'node:http';
 import { from, mergeMap, type Observable, of } from 'rxjs';

@@ -21,11 +21,11 @@ import type { IncomingMessage } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
-import { Idempotent, IdempotencyInterceptor, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
+import { Idempotent, IdempotencyInterceptor, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { send } from '../utils/http.js';
 
 /**
- * CONTRACT B.4 rule 15: a multipart body is fingerprinted part by part (name, filename, content
+ * docs/contract.md B.4 rule 15: a multipart body is fingerprinted part by part (name, filename, content
  * type, SHA-256 of the content), file parts included, whatever upload interceptor the route uses
  * and in either decorator order; a body the fingerprint cannot see fails loudly instead of
  * being fingerprinted in part. Issue 18 found two uploads that differed only in the file

@@ -2,11 +2,11 @@ import { Body, Controller, Module, Post, Query, type INestApplication, type Logg
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
-import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { send, type HttpResult } from '../utils/http.js';
 
 /**
- * CONTRACT B.4 rules 14-15: the query and a form body are percent-decoded as the platform's own
+ * docs/contract.md B.4 rules 14-15: the query and a form body are percent-decoded as the platform's own
  * parsers decode them, and two requests a handler may see differently never share a
  * fingerprint. qs (Express forms, Express's `extended` queries) and fast-querystring (Fastify
  * queries and forms) keep a whole value as sent when any escape in it is invalid, so

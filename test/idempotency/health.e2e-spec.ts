@@ -2,17 +2,17 @@ import { ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { DataSource } from 'typeorm';
-import { IdempotencyModule } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyModule } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
 import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';
 
 /**
- * `IdempotencyHealthIndicator` (`@app/idempotency/terminus`) on a throwaway redis-server and a
+ * `IdempotencyHealthIndicator` (`nestjs-idempotency/terminus`) on a throwaway redis-server and a
  * PostgreSQL schema of its own: up, down when Redis is stopped or the database is gone, and
  * `not-configured` without a durable store. By default a tier says only `up` or `down` (an
  * anonymous `/health` must not show host names or driver errors), and a tier that is down is

@@ -2,11 +2,11 @@ import { Body, Controller, Module, Post, type INestApplication } from '@nestjs/c
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
-import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { send, type HttpResult } from '../utils/http.js';
 
 /**
- * CONTRACT B.3 rule 12a: every dimension resolved but left out of the scope goes into the
+ * docs/contract.md B.3 rule 12a: every dimension resolved but left out of the scope goes into the
  * fingerprint. The same key, user and body from another tenant (or user, or operation) is a 422,
  * never a replay of someone else's response. Issue 18 found the tenant left out: tenant B got
  * tenant A's response with `scope: ['principal', 'operation']`.

@@ -1,17 +1,10 @@
 import { Controller, Injectable, Module, Post, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { EventPattern } from '@nestjs/microservices';
-import {
-  Idempotent,
-  IdempotencyConfigurationError,
-  IdempotencyModule,
-  IdempotencyService,
-  IdempotentConsumer,
-  type IdempotencyModuleOptions,
-  type IdempotentOptions,
-} from '@app/idempotency';
-import { idempotentProcessor, type IdempotentProcessorOptions } from '@app/idempotency/bullmq';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { Idempotent, IdempotencyConfigurationError, IdempotencyModule, IdempotencyService, type IdempotencyModuleOptions, type IdempotentOptions } from 'nestjs-idempotency';
+import { IdempotentConsumer } from 'nestjs-idempotency/consumers';
+import { idempotentProcessor, type IdempotentProcessorOptions } from 'nestjs-idempotency/bullmq';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { DataSource } from 'typeorm';
 
 /**

@@ -5,7 +5,7 @@ import { OUTER_LAYERS } from './support/outer-layers.js';
 import { runCase } from './support/run-case.js';
 
 /**
- * The record follows what the handler did, whatever surrounds it (CONTRACT B.7 rule 17a).
+ * The record follows what the handler did, whatever surrounds it (docs/contract.md B.7 rule 17a).
  *
  * Every outer layer of `OUTER_LAYERS` (global interceptors and filters, outside the route's
  * `@Idempotent()`, and clients that leave) × every handler behaviour of `HANDLER_BEHAVIOURS` ×

@@ -12,7 +12,7 @@ import { sendLeavable } from './support/leavable-request.js';
 
 /**
  * The sample, as issue 18 found it broken: a client leaves `POST /orders` while it runs, then the
- * charge fails. The handler failed, so its 500 frees the key (CONTRACT B.7 rules 17, 17a); the
+ * charge fails. The handler failed, so its 500 frees the key (docs/contract.md B.7 rules 17, 17a); the
  * client is never told the order exists, and a retry with the same key creates it once.
  *
  * The fault is the payment provider's: its `payments` table gets a trigger (in this suite's

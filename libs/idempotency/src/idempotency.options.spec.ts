@@ -4,7 +4,7 @@ import type { IdempotencyPolicyOptions } from './interfaces/idempotency-module-o
 import { IdempotencyCipher } from './security/idempotency-cipher.js';
 
 describe('resolvePolicy', () => {
-  it('applies the CONTRACT B.12 defaults', () => {
+  it('applies the docs/contract.md B.12 defaults', () => {
     const policy = resolvePolicy({});
     expect(policy).toMatchObject({
       methods: ['POST', 'PATCH'],

@@ -203,7 +203,7 @@ function validatePolicy(p: ResolvedPolicy): void {
   }
 }
 
-/** Leases, heartbeats and the TTL: whole milliseconds that the stores and timers can hold (CONTRACT B.9, B.10). */
+/** Leases, heartbeats and the TTL: whole milliseconds that the stores and timers can hold (docs/contract.md B.9, B.10). */
 function checkDurations(p: ResolvedPolicy): void {
   const duration = (name: string, value: number, max: number, maxLabel: string) => {
     if (!Number.isSafeInteger(value) || value <= 0) {
@@ -217,7 +217,7 @@ function checkDurations(p: ResolvedPolicy): void {
   if (p.heartbeatMs * 2 > p.leaseMs) {
     fail(`heartbeatMs (${p.heartbeatMs}) must be at most half of leaseMs (${p.leaseMs}), so one late renewal does not lose a live claim.`);
   }
-  if (p.ttlMs < 2 * p.leaseMs) fail(`ttlMs (${p.ttlMs}) must be at least 2 × leaseMs (${p.leaseMs}) (CONTRACT B.9 rule 29).`);
+  if (p.ttlMs < 2 * p.leaseMs) fail(`ttlMs (${p.ttlMs}) must be at least 2 × leaseMs (${p.leaseMs}) (docs/contract.md B.9 rule 29).`);
 }
 
 function checkKeyRules(p: ResolvedPolicy): void {

@@ -19,7 +19,7 @@ const thingId = ({ tag, run }: RunInfo) => `thing_${tag.slice(0, 8)}_${run}`;
  * What the handler does: `before` its gate (nothing has answered the client yet), then `act` once
  * the gate opens (on the transactional backend, after its business write): return a value, or
  * throw. Nothing else is declared: the suite derives each case's expected outcome from what the
- * first run actually did (CONTRACT B.7 rule 17), so a new behaviour needs no expectations.
+ * first run actually did (docs/contract.md B.7 rule 17), so a new behaviour needs no expectations.
  */
 export interface HandlerBehaviour {
   /** Sent in the request body; the handler looks the behaviour up by it. */

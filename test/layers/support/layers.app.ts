@@ -14,7 +14,7 @@ import {
 } from '@nestjs/common';
 import { BaseExceptionFilter, NestFactory, type AbstractHttpAdapter } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef, IdempotencyModule } from '@app/idempotency';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef, IdempotencyModule } from 'nestjs-idempotency';
 import type { ServerResponse } from 'node:http';
 import { catchError, concatMap, from, switchMap, throwError, type Observable } from 'rxjs';
 import { handlerBehaviour } from './handler-behaviours.js';

@@ -11,7 +11,7 @@ import {
   type NestInterceptor,
 } from '@nestjs/common';
 import type { AbstractHttpAdapter } from '@nestjs/core';
-import { IdempotencyProblemException } from '@app/idempotency';
+import { IdempotencyProblemException } from 'nestjs-idempotency';
 import { catchError, map, switchMap, throwError, timeout, TimeoutError, type Observable } from 'rxjs';
 
 /** The request header that switches a layer on for the requests of one case. */

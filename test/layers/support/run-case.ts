@@ -1,7 +1,7 @@
 import { HttpException } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import { isDeepStrictEqual } from 'node:util';
-import type { IdempotencyRecord } from '@app/idempotency';
+import type { IdempotencyRecord } from 'nestjs-idempotency';
 import { send, sleep, type HttpResult } from '../../utils/http.js';
 import { SLOW_MS, type HandlerBehaviour } from './handler-behaviours.js';
 import type { LayerBackend } from './layer-backends.js';
@@ -12,12 +12,12 @@ import { LAYER_HEADER, type OuterLayer } from './outer-layers.js';
 
 /** How long a retry after the handler settled may keep getting 409 in progress while the record is written. */
 const SETTLE_GRACE_MS = 5_000;
-/** Statuses that are never stored (CONTRACT B.7 rule 17), besides every 5xx. */
+/** Statuses that are never stored (docs/contract.md B.7 rule 17), besides every 5xx. */
 const TRANSIENT_CLIENT_STATUSES = new Set([408, 423, 425, 429]);
 const IN_PROGRESS = '409 idempotency_request_in_progress';
 
 /**
- * The handler's true outcome under the default policy (CONTRACT B.7 rules 17, 17a), from what
+ * The handler's true outcome under the default policy (docs/contract.md B.7 rules 17, 17a), from what
  * its first run did: its value with the route's status and the Location it set, or its error as
  * Nest renders it; stored and replayed, or released.
  */

@@ -8,7 +8,7 @@ import {
   HealthIndicatorService,
   TypeOrmHealthIndicator,
 } from '@nestjs/terminus';
-import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
 import { isAdminBearer } from '../admin/admin-token.js';

@@ -37,7 +37,7 @@ export interface IdempotentProcessorOptions<TJob extends IdempotentJob = Job>
   inProgressDelayFactor?: number;
 }
 
-/** A BullMQ processor that also receives the idempotency context of the job's run. */
+/** A BullMQ processor that also receives the idempotency context of the job's run. @publicApi */
 export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any> = (
   job: TJob,
   idempotency: IdempotencyContextRef,

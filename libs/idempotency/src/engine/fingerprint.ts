@@ -4,7 +4,7 @@ import { readMultipart, type MultipartPart } from './multipart-parts.js';
 import { readUrlencoded, type UrlencodedPair } from './urlencoded-pairs.js';
 
 /**
- * How `application/json` and `*\/*+json` bodies enter the fingerprint (CONTRACT B.4 rule 15).
+ * How `application/json` and `*\/*+json` bodies enter the fingerprint (docs/contract.md B.4 rule 15).
  *
  * - `lossless` (default): key order and whitespace are ignored, but number tokens are kept as
  *   written, so `1` and `1.0` differ. A false mismatch is a visible 422; a false match silently
@@ -19,7 +19,7 @@ export type JsonFingerprintMode = 'lossless' | 'jcs' | 'raw-bytes';
 
 /**
  * A file an upload interceptor (multer's `FileInterceptor` and the like) took out of a
- * multipart body, as it enters the fingerprint (CONTRACT B.4 rule 15).
+ * multipart body, as it enters the fingerprint (docs/contract.md B.4 rule 15).
  *
  * @publicApi
  */
@@ -50,7 +50,7 @@ export interface ParsedRequestBody {
 }
 
 /**
- * The parts of a request that decide whether a retry is "the same request" (CONTRACT B.4 rule 14).
+ * The parts of a request that decide whether a retry is "the same request" (docs/contract.md B.4 rule 14).
  *
  * @publicApi
  */
@@ -80,7 +80,7 @@ export interface FingerprintInput {
   headers?: Array<[name: string, value: string]>;
   /**
    * Identity parts moved into the fingerprint: every scope dimension that is resolved but left
-   * out of the scope, e.g. `{ tenant, operation }` with `scope: ['principal']` (CONTRACT B.3 rule 12a).
+   * out of the scope, e.g. `{ tenant, operation }` with `scope: ['principal']` (docs/contract.md B.3 rule 12a).
    */
   extra?: Record<string, string>;
   /** @default 'lossless' */
@@ -92,7 +92,7 @@ const MAX_JSON_DEPTH = 1000;
 const MAX_VALUE_DEPTH = 1000;
 
 /**
- * Computes the request fingerprint of CONTRACT B.4: SHA-256, base64url (43 characters), over an
+ * Computes the request fingerprint of docs/contract.md B.4: SHA-256, base64url (43 characters), over an
  * injective encoding of the method, route template, path parameters, query, media type essence,
  * body, configured headers and `extra`.
  *

@@ -10,7 +10,7 @@ const MAX_BATCHES_PER_SWEEP = 100;
 
 /**
  * Deletes expired durable records in batches (DESIGN "Operations"). Expiry is enforced on read
- * anyway (CONTRACT B.10 rule 30): the reaper only reclaims space. Safe on many instances: the
+ * anyway (docs/contract.md B.10 rule 30): the reaper only reclaims space. Safe on many instances: the
  * store's `deleteExpired` skips rows another instance is deleting. Enabled by the module's
  * `reaper` option; `sweep()` can also be called from your own scheduler.
  *

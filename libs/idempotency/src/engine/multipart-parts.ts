@@ -1,7 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import busboy from 'busboy';
 
-/** One part of a `multipart/form-data` body as the fingerprint compares it (CONTRACT B.4 rule 15). */
+/** One part of a `multipart/form-data` body as the fingerprint compares it (docs/contract.md B.4 rule 15). */
 export interface MultipartPart {
   kind: 'field' | 'file';
   name: string | undefined;

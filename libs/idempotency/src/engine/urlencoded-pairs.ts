@@ -2,7 +2,7 @@ import { isUtf8 } from 'node:buffer';
 
 /**
  * One name or value of an `application/x-www-form-urlencoded` sequence as the fingerprint
- * compares it (CONTRACT B.4 rule 14: decoded as the platform decodes it; where in doubt, the bytes).
+ * compares it (docs/contract.md B.4 rule 14: decoded as the platform decodes it; where in doubt, the bytes).
  *
  * - `decoded`: the UTF-8 of the text percent-decoded as a whole, `+` being a space. This is what
  *   every supported parser hands the handler when all escapes are valid UTF-8.
@@ -39,7 +39,7 @@ export const MAX_URLENCODED_SEQUENCES = 1000;
  * - names and values are decoded per {@link UrlencodedToken};
  * - pairs are sorted by name root (the name up to its first `[`) with a stable sort: qs merges
  *   `a=1` and `a[b]=2` into one value whose shape depends on their order, so pairs of one root
- *   keep their order; names of different roots may come in any order (CONTRACT B.4 rule 14);
+ *   keep their order; names of different roots may come in any order (docs/contract.md B.4 rule 14);
  * - a name that starts with `[` (qs takes its root from inside the brackets), or a sequence qs
  *   splits elsewhere, keeps every pair in the order sent.
  * Empty sequences are skipped and `a` equals `a=`, as in all of these parsers.

@@ -14,7 +14,7 @@ export interface BodyCarrier {
 }
 
 /**
- * What of a request's body the fingerprint sees (CONTRACT B.4 rule 15):
+ * What of a request's body the fingerprint sees (docs/contract.md B.4 rule 15):
  * - `raw`: the bytes the platform kept (`request.rawBody`, or a `Buffer` body);
  * - `unread`: the bytes read here, before any other layer read the stream (and put back);
  * - `uploads`: the fields and files an upload interceptor (multer) made of a multipart body;

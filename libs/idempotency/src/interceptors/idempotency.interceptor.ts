@@ -88,12 +88,12 @@ export interface ResolvedScope {
   operation: string;
   /** The resolved tenant, if any: for logs and spans. */
   tenant?: string;
-  /** Dimensions left out of the identity, compared through the fingerprint (CONTRACT B.3 rule 12). */
+  /** Dimensions left out of the identity, compared through the fingerprint (docs/contract.md B.3 rule 12). */
   fingerprintExtras: Record<string, string>;
 }
 
 /**
- * The HTTP adapter of the engine (CONTRACT B.1–B.11): reads the key, resolves the scope,
+ * The HTTP adapter of the engine (docs/contract.md B.1–B.11): reads the key, resolves the scope,
  * fingerprints the request, then replays, rejects, or runs the handler once and stores what it
  * answered. Subclass it and override the `protected` hooks to change how a request is read.
  *
@@ -172,13 +172,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  /** Parses the `Idempotency-Key` field (CONTRACT B.2). */
+  /** Parses the `Idempotency-Key` field (docs/contract.md B.2). */
   protected getKey(request: HttpRequest, policy: ResolvedPolicy): ParsedKey {
     return parseIdempotencyKey(request.headers['idempotency-key'], policy);
   }
 
   /**
-   * Resolves tenant, principal and operation into the scoped key (CONTRACT B.3). A dimension in
+   * Resolves tenant, principal and operation into the scoped key (docs/contract.md B.3). A dimension in
    * the scope that resolves to nothing falls back to `anonymousScope`, or fails with 500: never a
    * silent global namespace (rule 13).
    */
@@ -216,7 +216,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
   }
 
-  /** The request fingerprint (CONTRACT B.4), or the route's custom function (rule 16). */
+  /** The request fingerprint (docs/contract.md B.4), or the route's custom function (rule 16). */
   protected async getFingerprint(request: HttpRequest, policy: ResolvedPolicy, scope: ResolvedScope): Promise<string> {
     const option = policy.fingerprint;
     if (typeof option === 'function') {
@@ -246,7 +246,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /**
    * Builds the replayed response: original status, stored headers and body bytes, plus a fresh
-   * `Date`, the key echo and the replay marker (CONTRACT B.6, B.8). Override it to change what a
+   * `Date`, the key echo and the replay marker (docs/contract.md B.6, B.8). Override it to change what a
    * replay sends; by default the stored bytes are written without building a `Response`.
    */
   protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
@@ -338,7 +338,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (own) return this.toStored(own, ownHeaders);
       if (settlement.answeredEarly && handlerWrites && (outcome.ok || isHeadersSentError(outcome.error))) {
         // A `@Res()` handler whose response an outer layer pre-empted: what it did stands, but
-        // there are no bytes of its own to replay (CONTRACT B.7 rule 17a, last case).
+        // there are no bytes of its own to replay (docs/contract.md B.7 rule 17a, last case).
         return this.toStored({ ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true }, ownHeaders);
       }
       const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
@@ -425,7 +425,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   /**
-   * What the fingerprint sees of the body (CONTRACT B.4 rule 15): the raw bytes where they can
+   * What the fingerprint sees of the body (docs/contract.md B.4 rule 15): the raw bytes where they can
    * be had (kept by the platform, or read here before any other layer and put back), else what
    * an upload interceptor or the platform parsed. A body it cannot see fails the request with a
    * configuration error instead of being fingerprinted in part.
@@ -484,7 +484,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
   }
 
-  /** The received field value, verbatim, for the echo (CONTRACT B.6). */
+  /** The received field value, verbatim, for the echo (docs/contract.md B.6). */
   private receivedKey(request: HttpRequest): string {
     const value = request.headers['idempotency-key'];
     return Array.isArray(value) ? value.join(', ') : (value ?? '');
@@ -521,7 +521,7 @@ function hasNullBody(status: number): boolean {
 }
 
 /**
- * The headers of a replay (CONTRACT B.6, B.8), names lower-cased and repeated values joined as a
+ * The headers of a replay (docs/contract.md B.6, B.8), names lower-cased and repeated values joined as a
  * Web `Headers` joins them: the stored ones, a fresh `Content-Length`, the key echo and the
  * replay marker.
  */

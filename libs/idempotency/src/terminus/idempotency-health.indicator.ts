@@ -41,7 +41,7 @@ const DEFAULT_TIMEOUT_MS = 1_000;
 /**
  * A Terminus health indicator for the idempotency stores: pings the fast tier and the durable
  * tier (when there is one) at once, and is `down` when either does not answer in time, since
- * requests then fail closed (503). Lives behind `@app/idempotency/terminus`, the only part of
+ * requests then fail closed (503). Lives behind `nestjs-idempotency/terminus`, the only part of
  * the library that imports `@nestjs/terminus`.
  *
  * The result says only `up` or `down` per tier, so an anonymous `/health` leaks no host names or

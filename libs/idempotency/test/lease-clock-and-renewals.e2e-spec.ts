@@ -2,25 +2,18 @@ import { jest } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { DataSource } from 'typeorm';
-import {
-  buildScopedKey,
-  IdempotencyService,
-  MemoryIdempotencyStore,
-  resolvePolicy,
-  type ClaimResult,
-  type IdempotencyClaim,
-  type IdempotencyStore,
-  type ResolvedPolicy,
-  type ScopedKey,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IDEMPOTENCY_TYPEORM_ENTITIES, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
-import { resolveModuleSettings } from '../../libs/idempotency/src/idempotency.options.js';
-import { claimRequest, newId, sleep } from './durable-store-contract.js';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../utils/postgres.js';
-import { deleteKeys, openRedis, redisUrl, waitUntil } from '../utils/redis.js';
-import { startTcpProxy, type TcpProxy } from '../utils/tcp-proxy.js';
+import { IdempotencyService, MemoryIdempotencyStore, type ClaimResult, type IdempotencyStore } from 'nestjs-idempotency';
+import type { IdempotencyClaim } from '../src/engine/idempotency.service.js';
+import { buildScopedKey, type ScopedKey } from '../src/engine/scoped-key.js';
+import { resolvePolicy, type ResolvedPolicy } from '../src/idempotency.options.js';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IDEMPOTENCY_TYPEORM_ENTITIES, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import { resolveModuleSettings } from '../src/idempotency.options.js';
+import { claimRequest, newId, sleep } from '../src/testing/durable-store-contract.js';
+import { openIdempotencyDataSource } from '../../../test/utils/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../../test/utils/postgres.js';
+import { deleteKeys, openRedis, redisUrl, waitUntil } from '../../../test/utils/redis.js';
+import { startTcpProxy, type TcpProxy } from '../../../test/utils/tcp-proxy.js';
 
 /**
  * Leases are judged by the servers' clocks and renewed tier by tier (DESIGN "The flow of one
