@@ -11,7 +11,7 @@ import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { ExecutionResult, HandlerOutcome } from '../engine/idempotency-engine.types.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
-import { replayableHeaders } from '../engine/replayable-headers.js';
+import { replayableHeaders } from './replayable-headers.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.exceptions.js';
 import type { IdempotencyProblemException, IdempotencyProblemKind } from '../errors/idempotency.exceptions.js';
 import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
