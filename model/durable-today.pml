@@ -206,9 +206,12 @@ transaction:
       :: else -> skip
       fi;
 #endif
-      /* committed ⇔ completed (rule 17a): a failure or a released outcome rolls the writes back */
+      /* committed ⇔ completed (rule 17a): a failure or a released outcome rolls the writes back.
+         A failure the policy stores (402) undoes them to the SAVEPOINT taken before the handler
+         (DurableTransaction.savepoint) and completes in this transaction, under the row lock. */
       if
       :: KEEP(out == O_OK) /* guard:rollback-on-failure */ -> skip
+      :: out == O_FAIL -> txEff = false; printf("[%c] ROLLBACK TO SAVEPOINT: the handler's writes are undone, the failure completes in the transaction\n", NAME(c))
       :: else -> goto rollback
       fi;
       if
@@ -277,7 +280,7 @@ storeFailure:
       :: ROW_OWNED_FOR_COMPLETE(t) ->
          ROW_FENCE(t); CHECK(outcome_from_handler, out == handlerOut[t]); row.state = COMPLETED; row.live = false; row.out = out;
          printf("[%c] completeClaim(): DurableIdempotencyStore.complete\n", NAME(c)); goto mirror
-      :: else -> printf("[%c] completeClaim(): DurableIdempotencyStore.complete refused ('lost'); the response stands\n", NAME(c)); answerFresh(c, t, out)
+      :: else -> printf("[%c] completeClaim(): DurableIdempotencyStore.complete refused ('lost'): told 409\n", NAME(c)); retryLater(c, t)
       fi
     }
 releaseRow:

@@ -44,13 +44,13 @@ export class ClaimSettlement {
     claim: IdempotencyClaim,
     response: StoredResponse | undefined,
     override: OutcomeOverride | undefined,
-  ): Promise<void> {
+  ): Promise<FinishResult | undefined> {
     try {
-      if (response) await this.finish(claim, response, override);
-      else await this.abandon(claim);
+      return response ? await this.finish(claim, response, override) : await this.abandon(claim);
     } catch (error) {
       this.claims.drop(claim);
       this.telemetry.storeError(claim.scoped, { phase: 'finish', outcome: 'lease_lapses_then_recovery', error });
+      return undefined;
     }
   }
 

@@ -32,13 +32,20 @@ export class IdempotencyTransaction {
     let committed: StoredResponse | undefined;
     try {
       await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
+        const undoHandlerWrites = await transaction.savepoint?.();
         const ran = execution.run(transaction.manager).then((value) => (outcome = value));
         response = await execution.response(ran);
         await ran;
         // Committed ⇔ completed (docs/contract.md B.7 rule 17a): whatever frees the key, a failure or a
         // success the policy does not keep, rolls the handler's writes back with it.
-        if (!response || !outcome!.ok) throw ROLLBACK;
+        if (!response) throw ROLLBACK;
         if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+        if (!outcome!.ok) {
+          // A failure the policy stores: its writes go, and the failure completes in this same
+          // transaction, under the row lock, so nobody takes the row over in between.
+          if (!undoHandlerWrites) throw ROLLBACK;
+          await undoHandlerWrites();
+        }
         const stored = this.sealer.storable(scoped.id, policy, response);
         if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
           throw new IdempotencyClaimLostError(scoped.id);
@@ -47,9 +54,11 @@ export class IdempotencyTransaction {
       });
     } catch (error) {
       if (error === ROLLBACK) {
-        // The business writes are rolled back; the outcome policy still decides the record.
-        await this.settlement.settle(claim, response, execution.override(outcome));
-        return { kind: 'sent' };
+        // The business writes are rolled back; the outcome policy still decides the record. A
+        // stored failure whose claim was taken over meanwhile must not reach its client as the
+        // key's answer: another request now owns the key (409, retry).
+        const finished = await this.settlement.settle(claim, response, execution.override(outcome));
+        return finished === 'lost' && outcome ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 } : { kind: 'sent' };
       }
       this.claims.drop(claim);
       const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));

@@ -12,6 +12,15 @@ import { PING_PROBE_ID, unsupported, type ClaimRequest, type ClaimResult, type F
 export interface DurableTransaction {
   /** The ORM handle of the transaction (a TypeORM `EntityManager`). Typed loosely: core never imports an ORM. */
   readonly manager: unknown;
+  /**
+   * Marks where the handler's writes begin, and returns what undoes them while the transaction
+   * (and the lock it holds on the row) stays open: a failure the outcome policy stores (a 402)
+   * is then completed in the same transaction, so no other request can take the row over between
+   * a rollback and that completion (found by the protocol model, docs/protocol-model.md).
+   * Optional: without it the engine rolls the whole transaction back, completes afterwards, and
+   * answers `409` if its claim was lost meanwhile.
+   */
+  savepoint?(): Promise<() => Promise<void>>;
 }
 
 /**

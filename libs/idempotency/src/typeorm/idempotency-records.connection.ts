@@ -19,6 +19,10 @@ import {
 } from './idempotency-records.sql.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
 
+/** Where the handler's writes begin in a route's transaction (PostgreSQL and SQLite spell it alike). */
+const HANDLER_SAVEPOINT_NAME = 'idempotency_handler';
+const HANDLER_SAVEPOINT = `SAVEPOINT ${HANDLER_SAVEPOINT_NAME}`;
+
 /** @internal */
 export class IdempotencyRecordsConnection {
   /** Transactions opened by `transaction()` whose `work` has not settled yet, with their runner. */
@@ -148,7 +152,13 @@ export class IdempotencyRecordsConnection {
         await rollbackQuietly(runner);
         throw this.failure('transaction', error);
       }
-      const transaction: DurableTransaction = Object.freeze({ manager: runner.manager });
+      const transaction: DurableTransaction = Object.freeze({
+        manager: runner.manager,
+        savepoint: async () => {
+          await this.run(runner, HANDLER_SAVEPOINT, []);
+          return async () => void (await this.run(runner, `ROLLBACK TO SAVEPOINT ${HANDLER_SAVEPOINT_NAME}`, []));
+        },
+      });
       const claim = claimId(key, ownerToken);
       this.openTransactions.set(transaction, runner);
       this.claimsInTransaction.set(claim, runner);
