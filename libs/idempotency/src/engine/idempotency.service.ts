@@ -463,6 +463,16 @@ export class IdempotencyService implements OnApplicationShutdown {
     return { status: 'fresh', value: outcome!.value as T };
   }
 
+  /**
+   * What the outcome policy made of `error`, thrown by the function of `run(request, fn)`:
+   * `store` (later runs get `replayed-failure`) or `release` (a later run runs `fn` again).
+   * Message adapters settle by it: acknowledge a stored failure, redeliver a released one.
+   */
+  failureOutcome(request: RunRequest, error: unknown, context?: IdempotencyContextRef): OutcomeOverride {
+    const policy = resolvePolicy(this.settings.policyOptions, request.options);
+    return decideOutcome(encodeRunFailure(error).statusCode, policy, context?.outcome ?? forcedOutcomeOf(error));
+  }
+
   onApplicationShutdown(): void {
     for (const claim of this.liveClaims) claim.stopHeartbeat();
     this.liveClaims.clear();
