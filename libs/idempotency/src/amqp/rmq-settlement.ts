@@ -5,13 +5,14 @@ import type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
 import { AmqpSettler } from './amqp-settler.js';
 
 /**
- * What the adapter reads of Nest's `RmqContext` (`@nestjs/microservices`), without importing it.
+ * What the adapter reads of Nest's `RmqContext` (`@nestjs/microservices`), without importing it:
+ * the amqplib message and the channel it came on (typed loosely there, as here).
  *
  * @publicApi
  */
 export interface RmqContextLike {
-  getMessage(): ConsumeMessage;
-  getChannelRef(): Channel;
+  getMessage(): Record<string, any>;
+  getChannelRef(): any;
 }
 
 /**
@@ -33,7 +34,7 @@ export function rmqSettlement(options: AmqpRedeliveryOptions): MessageSettlement
   const settler = new AmqpSettler(options);
   return {
     settle: (disposition, { context, consumer, error }) =>
-      settler.settle(context.getChannelRef(), context.getMessage(), disposition, { consumer, error }),
+      settler.settle(context.getChannelRef() as Channel, context.getMessage() as ConsumeMessage, disposition, { consumer, error }),
   };
 }
 
@@ -44,5 +45,5 @@ export function rmqSettlement(options: AmqpRedeliveryOptions): MessageSettlement
  * @publicApi
  */
 export function rmqMessageKey(_data: unknown, context: RmqContextLike): string | undefined {
-  return amqpMessageKey(context.getMessage());
+  return amqpMessageKey(context.getMessage() as ConsumeMessage);
 }
