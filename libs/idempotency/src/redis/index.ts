@@ -7,3 +7,10 @@ export {
   RedisIdempotencyStore,
   type RedisIdempotencyStoreOptions,
 } from './redis-idempotency.store.js';
+export {
+  EventDeduplicator,
+  type DedupStats,
+  type DedupVerdict,
+  type EventDeduplicatorOptions,
+} from './event-deduplicator.js';
+export { sizeEventDeduplicator, type EventDedupSizing, type EventDedupSizingInput } from './event-dedup-sizing.js';
