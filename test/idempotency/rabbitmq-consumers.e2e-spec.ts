@@ -96,7 +96,8 @@ const nestRmqTransport: StartAdapter = async (queue, redelivery, probe) => {
         return key;
       },
       fingerprint: (data) => JSON.stringify(data),
-      settlement: rmqSettlement(redelivery),
+      // Without `queue`: each message is settled for the queue it was delivered from.
+      settlement: rmqSettlement({ ...redelivery, queue: undefined }),
     })
     charge(@Payload() charge: Charge, @IdempotencyConsumerContext() idem: IdempotencyContextRef) {
       return probe.charge(charge, idem);

@@ -17,6 +17,24 @@ import { assertAmqpRedeliveryTopology } from './amqp-topology.js';
 const BROKER_DEATH_HEADERS = ['x-death', 'x-first-death-reason', 'x-first-death-queue', 'x-first-death-exchange', 'x-last-death-reason', 'x-last-death-queue', 'x-last-death-exchange'];
 const MAX_ERROR_HEADER_LENGTH = 500;
 
+/**
+ * Options of an `AmqpSettler`: `AmqpRedeliveryOptions`, where `queue` may be left out to settle
+ * each message for the queue it was delivered from (read from the delivery: a message sent
+ * straight to a queue, or coming back from the retry queue, has the default exchange and the
+ * queue's name as routing key).
+ *
+ * @publicApi
+ */
+export type AmqpSettlerOptions = Omit<AmqpRedeliveryOptions, 'queue'> & { queue?: string };
+
+/** The queue a delivery came from, when the delivery says it (the default exchange). */
+function deliveryQueue(message: ConsumeMessage): string {
+  if (message.fields.exchange === '' && message.fields.routingKey) return message.fields.routingKey;
+  throw new Error(
+    `cannot tell which queue this message was consumed from (it came through exchange "${message.fields.exchange}"): pass \`queue\` to rmqSettlement()`,
+  );
+}
+
 /** What the settler is told about the message besides its disposition. */
 export interface AmqpSettleInput {
   consumer: string;
@@ -42,34 +60,36 @@ function describeError(error: unknown): string {
  * @publicApi
  */
 export class AmqpSettler {
-  private readonly options: ResolvedAmqpRedelivery;
-  private readonly declared = new WeakMap<Channel, Promise<void>>();
+  private readonly byQueue = new Map<string, ResolvedAmqpRedelivery>();
+  private readonly declared = new WeakMap<Channel, Map<string, Promise<void>>>();
   private readonly logger = new Logger('IdempotentAmqp');
 
-  constructor(options: AmqpRedeliveryOptions) {
-    this.options = resolveAmqpRedelivery(options);
+  constructor(private readonly settings: AmqpSettlerOptions) {
+    if (settings.queue !== undefined) this.resolved(settings.queue);
   }
 
   async settle(channel: Channel, message: ConsumeMessage, disposition: MessageDisposition, input: AmqpSettleInput): Promise<void> {
+    if (disposition.action === 'ack') {
+      channel.ack(message);
+      return;
+    }
+    const options = this.resolved(this.settings.queue ?? deliveryQueue(message));
     switch (disposition.action) {
-      case 'ack':
-        channel.ack(message);
-        return;
       case 'dead-letter':
-        return this.deadLetter(channel, message, disposition.reason, input);
+        return this.deadLetter(options, channel, message, disposition.reason, input);
       case 'retry': {
-        const plan = retryPlan(disposition, failedAttemptsOf(message.properties.headers, AMQP_ATTEMPTS_HEADER), this.options);
+        const plan = retryPlan(disposition, failedAttemptsOf(message.properties.headers, AMQP_ATTEMPTS_HEADER), options);
         if (plan.kind === 'give-up') {
-          return this.deadLetter(channel, message, 'attempts-exhausted', input, { [AMQP_ATTEMPTS_HEADER]: plan.attempts });
+          return this.deadLetter(options, channel, message, 'attempts-exhausted', input, { [AMQP_ATTEMPTS_HEADER]: plan.attempts });
         }
-        await this.republish(channel, message, this.options.retryQueue, {
+        await this.republish(options, channel, message, options.retryQueue, {
           expiration: String(plan.delayMs),
           headers: { [AMQP_ATTEMPTS_HEADER]: plan.attempts, [AMQP_RETRY_REASON_HEADER]: disposition.reason, [AMQP_CONSUMER_HEADER]: input.consumer },
         });
         channel.ack(message);
         if (disposition.reason === 'transient-failure') {
           this.logger.warn(
-            `${input.consumer}: delivery failed (${describeError(input.error)}); retry ${plan.attempts} of ${this.options.maxAttempts - 1} in ${plan.delayMs} ms`,
+            `${input.consumer}: delivery failed (${describeError(input.error)}); retry ${plan.attempts} of ${options.maxAttempts - 1} in ${plan.delayMs} ms`,
           );
         }
         return;
@@ -77,37 +97,48 @@ export class AmqpSettler {
     }
   }
 
+  private resolved(queue: string): ResolvedAmqpRedelivery {
+    let options = this.byQueue.get(queue);
+    if (!options) {
+      options = resolveAmqpRedelivery({ ...this.settings, queue });
+      this.byQueue.set(queue, options);
+    }
+    return options;
+  }
+
   private async deadLetter(
+    options: ResolvedAmqpRedelivery,
     channel: Channel,
     message: ConsumeMessage,
     reason: DeadLetterReason,
     input: AmqpSettleInput,
     extra: Record<string, unknown> = {},
   ): Promise<void> {
-    await this.republish(channel, message, this.options.deadLetterQueue, {
+    await this.republish(options, channel, message, options.deadLetterQueue, {
       headers: {
         ...extra,
         [AMQP_DEAD_LETTER_REASON_HEADER]: reason,
         [AMQP_CONSUMER_HEADER]: input.consumer,
-        [AMQP_ORIGINAL_QUEUE_HEADER]: this.options.queue,
+        [AMQP_ORIGINAL_QUEUE_HEADER]: options.queue,
         ...(input.error !== undefined && { [AMQP_DEAD_LETTER_ERROR_HEADER]: describeError(input.error) }),
       },
     });
     channel.ack(message);
-    this.logger.warn(`${input.consumer}: message dead-lettered to "${this.options.deadLetterQueue}" (${reason})`);
+    this.logger.warn(`${input.consumer}: message dead-lettered to "${options.deadLetterQueue}" (${reason})`);
   }
 
   private async republish(
+    options: ResolvedAmqpRedelivery,
     channel: Channel,
     message: ConsumeMessage,
     queue: string,
     extra: { headers: Record<string, unknown>; expiration?: string },
   ): Promise<void> {
-    if (this.options.assertTopology) await this.declareOnce(channel);
+    if (options.assertTopology) await this.declareOnce(channel, options);
     const { properties } = message;
     const headers: Record<string, unknown> = { ...properties.headers };
     for (const name of BROKER_DEATH_HEADERS) delete headers[name];
-    const options: Options.Publish = {
+    const publish: Options.Publish = {
       contentType: properties.contentType,
       contentEncoding: properties.contentEncoding,
       deliveryMode: properties.deliveryMode,
@@ -122,20 +153,25 @@ export class AmqpSettler {
       expiration: extra.expiration,
     };
     if (!isConfirmChannel(channel)) {
-      channel.sendToQueue(queue, message.content, options);
+      channel.sendToQueue(queue, message.content, publish);
       return;
     }
     await new Promise<void>((resolve, reject) =>
-      channel.sendToQueue(queue, message.content, options, (error: unknown) => (error ? reject(error) : resolve())),
+      channel.sendToQueue(queue, message.content, publish, (error: unknown) => (error ? reject(error) : resolve())),
     );
   }
 
-  private declareOnce(channel: Channel): Promise<void> {
-    let declared = this.declared.get(channel);
+  private declareOnce(channel: Channel, options: ResolvedAmqpRedelivery): Promise<void> {
+    let ofChannel = this.declared.get(channel);
+    if (!ofChannel) {
+      ofChannel = new Map();
+      this.declared.set(channel, ofChannel);
+    }
+    let declared = ofChannel.get(options.queue);
     if (!declared) {
-      declared = assertAmqpRedeliveryTopology(channel, this.options);
-      declared.catch(() => this.declared.delete(channel));
-      this.declared.set(channel, declared);
+      declared = assertAmqpRedeliveryTopology(channel, options);
+      declared.catch(() => ofChannel.delete(options.queue));
+      ofChannel.set(options.queue, declared);
     }
     return declared;
   }

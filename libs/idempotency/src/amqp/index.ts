@@ -5,7 +5,7 @@
  * optional peer; types only at run time), so an application without RabbitMQ never loads it.
  */
 export * from './amqp.constants.js';
-export { AmqpSettler, type AmqpSettleInput } from './amqp-settler.js';
+export { AmqpSettler, type AmqpSettleInput, type AmqpSettlerOptions } from './amqp-settler.js';
 export type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
 export { amqpQueueArguments, amqpRetryQueueOptions, assertAmqpRedeliveryTopology } from './amqp-topology.js';
 export { amqpHeader, amqpMessageKey } from './amqp-message-key.js';

@@ -1,8 +1,7 @@
 import type { Channel, ConsumeMessage } from 'amqplib';
 import type { MessageSettlement } from '../consumers/message-settlement.js';
 import { amqpMessageKey } from './amqp-message-key.js';
-import type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
-import { AmqpSettler } from './amqp-settler.js';
+import { AmqpSettler, type AmqpSettlerOptions } from './amqp-settler.js';
 
 /**
  * What the adapter reads of Nest's `RmqContext` (`@nestjs/microservices`), without importing it:
@@ -21,7 +20,8 @@ export interface RmqContextLike {
  * handled or a duplicate → `ack`; an in-progress duplicate or a transient failure → the retry
  * queue, back after a delay; poison → the dead-letter queue with its reason. See
  * `idempotentAmqpHandler()` for the rules, and `amqpQueueArguments()` for the queue's own
- * `queueOptions`.
+ * `queueOptions`. Without `queue`, each message is settled for the queue it was delivered from
+ * (read from the delivery), so a decorator needs no configuration value.
  *
  * @example
  * @EventPattern('order.created')
@@ -30,7 +30,7 @@ export interface RmqContextLike {
  * async onOrderCreated(@Payload() event: OrderCreated) { ... }
  * @publicApi
  */
-export function rmqSettlement(options: AmqpRedeliveryOptions): MessageSettlement<unknown, RmqContextLike> {
+export function rmqSettlement(options: AmqpSettlerOptions = {}): MessageSettlement<unknown, RmqContextLike> {
   const settler = new AmqpSettler(options);
   return {
     settle: (disposition, { context, consumer, error }) =>
