@@ -34,14 +34,18 @@ function parseArgs(argv: readonly string[]): Args {
   return { ids };
 }
 
-/** A clock that moves 1/RATE s per reading: the deduplicator reads it once per id. */
-function streamClock(startMs: number): { now: () => number; peek: () => number } {
+/**
+ * A clock that moves 1/RATE s per reading (the deduplicator reads it once per id). It starts a
+ * day ahead of the real one: bucket expiries are set in its time and Redis applies them in real
+ * time, so a simulated stream slower than real time must not see its buckets expire early.
+ */
+function streamClock(startMs: number = Date.now() + 86_400_000): { now: () => number; peek: () => number } {
   let readings = 0;
   return { now: () => startMs + (readings++ * 1000) / RATE, peek: () => startMs + (readings * 1000) / RATE };
 }
 
 async function falsePositives(redis: Redis, totalIds: number) {
-  const clock = streamClock(Date.now());
+  const clock = streamClock();
   const dedup = new EventDeduplicator(redis, {
     name: 'fp',
     prefix: 'bench',
@@ -110,7 +114,7 @@ async function fullRecordBytes(redis: Redis, url: string) {
 }
 
 async function lookupsSaved(redis: Redis, totalIds: number) {
-  const clock = streamClock(Date.now());
+  const clock = streamClock();
   const dedup = new EventDeduplicator(redis, {
     name: 'dups',
     prefix: 'bench',

@@ -1,7 +1,8 @@
-import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { ClientProxyFactory, RmqRecordBuilder, Transport, type ClientProxy, type RmqOptions } from '@nestjs/microservices';
 import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from '@app/idempotency';
-import { amqpQueueArguments, RmqMessageDeserializer } from '@app/idempotency/amqp';
+import { amqpQueueArguments, assertAmqpRedeliveryTopology, RmqMessageDeserializer } from '@app/idempotency/amqp';
+import { connect } from 'amqplib';
 import { firstValueFrom, timeout } from 'rxjs';
 import { ORDERS_CONFIG, redactUrl, type OrdersConfig, type RabbitMqConfig } from '../config/orders.config.js';
 import { ORDER_CREATED_JOB, type OrderCreatedEvent } from './order-created.event.js';
@@ -16,6 +17,22 @@ const PUBLISH_TIMEOUT_MS = 5_000;
  */
 function queueOptions(rabbitmq: RabbitMqConfig) {
   return { durable: true, arguments: amqpQueueArguments({ queue: rabbitmq.queue }) };
+}
+
+/**
+ * Declares the queue, its retry queue and its dead-letter queue. The dead-letter queue must exist
+ * before anything is rejected: RabbitMQ drops a dead letter whose queue does not exist.
+ */
+async function declareTopology(rabbitmq: RabbitMqConfig): Promise<void> {
+  const connection = await connect(rabbitmq.url, { timeout: 5_000 });
+  connection.on('error', () => undefined);
+  try {
+    const channel = await connection.createChannel();
+    await channel.assertQueue(rabbitmq.queue, queueOptions(rabbitmq));
+    await assertAmqpRedeliveryTopology(channel, { queue: rabbitmq.queue });
+  } finally {
+    await connection.close();
+  }
 }
 
 /**
@@ -45,7 +62,7 @@ export function orderEventsRmqTransport(rabbitmq: RabbitMqConfig): RmqOptions {
  * once.
  */
 @Injectable()
-export class OrderEventsRabbitPublisher implements OnModuleDestroy {
+export class OrderEventsRabbitPublisher implements OnApplicationBootstrap, OnModuleDestroy {
   private readonly logger = new Logger('OrderEventsRabbitPublisher');
   private client?: ClientProxy;
 
@@ -54,6 +71,14 @@ export class OrderEventsRabbitPublisher implements OnModuleDestroy {
   /** True when events go through RabbitMQ (`RABBITMQ_URL` is set). */
   get enabled(): boolean {
     return this.config.rabbitmq !== undefined;
+  }
+
+  /** Declares the queues at startup; a broker that is down is reported, and publishing retries later. */
+  async onApplicationBootstrap(): Promise<void> {
+    if (!this.config.rabbitmq) return;
+    await declareTopology(this.config.rabbitmq).catch((error: unknown) =>
+      this.logger.warn(`could not declare the RabbitMQ queues of "${this.config.rabbitmq?.queue}": ${(error as Error).message}`),
+    );
   }
 
   async publish(event: OrderCreatedEvent, messageKey: string | null): Promise<void> {
