@@ -128,7 +128,7 @@ export class EventDeduplicator {
     const current = Math.floor(nowMs / this.sizing.bucketMs);
     // The current bucket is read until `buckets` later buckets have started; one more bucket of slack for clock skew.
     const expiresAtMs = (current + this.sizing.bucketsChecked + 1) * this.sizing.bucketMs;
-    return [keys.length, ...keys, expiresAtMs, ...this.positionsOf(eventId)];
+    return [keys.length, ...keys, expiresAtMs, Math.ceil(this.sizing.bitsPerBucket / 8), ...this.positionsOf(eventId)];
   }
 
   private count(reply: number): DedupVerdict {
