@@ -2,6 +2,8 @@
 FROM node:20-alpine AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
+# The library is an npm workspace: npm ci links it into node_modules/nestjs-idempotency.
+COPY libs/idempotency/package.json ./libs/idempotency/
 RUN npm ci --no-audit --no-fund
 COPY nest-cli.json tsconfig.json ./
 COPY apps ./apps
@@ -13,6 +15,8 @@ ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/package.json ./
 COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/libs/idempotency/package.json ./libs/idempotency/
+COPY --from=build /app/libs/idempotency/dist ./libs/idempotency/dist
 COPY --from=build /app/dist ./dist
 # Only used when DATABASE_URL is unset (embedded sql.js file).
 RUN mkdir -p /app/.data && chown node:node /app/.data

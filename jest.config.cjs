@@ -7,9 +7,11 @@ module.exports = {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
   moduleFileExtensions: ['ts', 'js', 'json'],
+  // The library is imported by its package name (an npm workspace). Its `exports` map has a
+  // `nestjs-idempotency:source` condition next to `types`/`default`: here (and in tsconfig.json's
+  // customConditions) it selects the TypeScript sources, so tests never need a build.
+  testEnvironmentOptions: { customExportConditions: ['nestjs-idempotency:source', 'node', 'node-addons'] },
   moduleNameMapper: {
-    '^@app/idempotency$': '<rootDir>/libs/idempotency/src/index.ts',
-    '^@app/idempotency/(.*)$': '<rootDir>/libs/idempotency/src/$1/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   transform: {
@@ -17,6 +19,7 @@ module.exports = {
   },
   testMatch: [
     '<rootDir>/libs/**/*.spec.ts',
+    '<rootDir>/libs/**/*.e2e-spec.ts',
     '<rootDir>/apps/**/*.spec.ts',
     '<rootDir>/test/**/*.e2e-spec.ts',
   ],

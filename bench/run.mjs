@@ -1,8 +1,9 @@
-// `npm run bench [-- --quick]`: compiles the bench (server and driver, with the library) with tsc
-// into node_modules/.cache/bench (Nest needs emitDecoratorMetadata, which tsx-style runners do
-// not emit; the build is incremental), then runs the driver. See bench/README.md.
+// `npm run bench [-- --quick]`: builds the library (libs/idempotency/dist: the bench imports it by
+// its package name, `nestjs-idempotency`, as any application does), compiles the bench (server and
+// driver) with tsc into node_modules/.cache/bench (Nest needs emitDecoratorMetadata, which
+// tsx-style runners do not emit; the build is incremental), then runs the driver. See bench/README.md.
 import { execFile } from 'node:child_process';
-import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
@@ -25,30 +26,25 @@ await writeFile(
       types: ['node'],
       incremental: true,
       tsBuildInfoFile: './tsbuildinfo',
+      // Against the library's published types in its dist/, not its sources.
+      customConditions: [],
     },
     include: ['../../../bench/**/*.ts'],
   }),
 );
-console.log('building the bench (tsc) ...');
+console.log('building the library and the bench (tsc) ...');
 try {
+  await promisify(execFile)(process.execPath, [join(repoRoot, 'libs/idempotency/scripts/build.mjs')], { cwd: repoRoot, timeout: 300_000 });
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
   await promisify(execFile)(process.execPath, [tsc, '-p', tsconfig], { cwd: repoRoot, timeout: 300_000 });
 } catch (error) {
-  console.error(`tsc failed:\n${error.stdout ?? ''}\n${error.stderr ?? ''}`);
+  console.error(`build failed:\n${error.stdout ?? ''}\n${error.stderr ?? ''}`);
   process.exit(1);
 }
 // Under node_modules, Node finds no package scope: say that the output is ESM.
 await writeFile(join(distDir, 'package.json'), '{ "type": "module" }\n');
-// tsc leaves the `@app/idempotency` path alias as it is: a package in the output's own
-// node_modules resolves it (and its entry points) to the compiled library.
-const aliasDir = join(distDir, 'node_modules/@app/idempotency');
-await rm(aliasDir, { recursive: true, force: true });
-await mkdir(aliasDir, { recursive: true });
-await symlink(join(distDir, 'libs/idempotency/src'), join(aliasDir, 'src'), 'dir');
-await writeFile(
-  join(aliasDir, 'package.json'),
-  JSON.stringify({ name: '@app/idempotency', type: 'module', exports: { '.': './src/index.js', './*': './src/*/index.js' } }),
-);
+// An alias package older versions of this script left there would shadow the real one.
+await rm(join(distDir, 'node_modules'), { recursive: true, force: true });
 const { runBench } = await import(pathToFileURL(join(distDir, 'bench/driver/main.js')).href);
 await runBench({
   repoRoot,

@@ -1,22 +1,28 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
-import { IdempotencyModule } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyModule } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { NodeIdempotencyModule } from '@node-idempotency/nestjs';
 import { StorageAdapterEnum } from '@node-idempotency/shared';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
+import { APP_INTERCEPTOR } from '@nestjs/core';
 import {
   DurableOrdersController,
+  FloorOrdersController,
   PeerOrdersController,
   PlainOrdersController,
+  PlainTransactionOrdersController,
   RedisOrdersController,
 } from './bench-orders.controllers.js';
+import { FloorIdempotencyInterceptor } from './floor-idempotency.interceptor.js';
 import { BenchOrdersService } from './bench-orders.service.js';
 import type { BenchServerConfig } from './bench-server.js';
 
 const CONTROLLERS: Record<BenchServerConfig['kind'], Type> = {
   plain: PlainOrdersController,
+  'plain-tx': PlainTransactionOrdersController,
+  floor: FloorOrdersController,
   redis: RedisOrdersController,
   durable: DurableOrdersController,
   peer: PeerOrdersController,
@@ -32,6 +38,8 @@ const tenantOf = (request: { headers: Record<string, string | string[] | undefin
 function idempotencyLayer(config: BenchServerConfig): DynamicModule[] {
   switch (config.kind) {
     case 'plain':
+    case 'plain-tx':
+    case 'floor':
       return [];
     case 'peer':
       return [
@@ -75,7 +83,12 @@ export class BenchAppModule {
         ...idempotencyLayer(config),
       ],
       controllers: [CONTROLLERS[config.kind]],
-      providers: [BenchOrdersService],
+      providers: [
+        BenchOrdersService,
+        ...(config.kind === 'floor'
+          ? [{ provide: APP_INTERCEPTOR, useValue: new FloorIdempotencyInterceptor(config.redisUrl, config.redisPrefix) }]
+          : []),
+      ],
     };
   }
 }

@@ -1,5 +1,7 @@
 import { Body, Controller, Headers, HttpCode, Post, Res } from '@nestjs/common';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
+import { InjectDataSource } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef } from 'nestjs-idempotency';
 import { Idempotent as PeerIdempotent } from '@node-idempotency/nestjs';
 import type { ServerResponse } from 'node:http';
 import type { EntityManager } from 'typeorm';
@@ -15,6 +17,33 @@ function located(res: ServerResponse, order: BenchOrderView): BenchOrderView {
 /** `plain`: the handler without idempotency. */
 @Controller('orders')
 export class PlainOrdersController {
+  constructor(private readonly orders: BenchOrdersService) {}
+
+  @Post()
+  @HttpCode(201)
+  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+    return located(res, await this.orders.create(tenant, dto));
+  }
+}
+
+/** `plain-tx`: the same INSERT inside an explicit transaction (BEGIN, INSERT, COMMIT): the baseline of a transactional route. */
+@Controller('orders')
+export class PlainTransactionOrdersController {
+  constructor(
+    private readonly orders: BenchOrdersService,
+    @InjectDataSource() private readonly dataSource: DataSource,
+  ) {}
+
+  @Post()
+  @HttpCode(201)
+  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+    return located(res, await this.dataSource.transaction((manager) => this.orders.create(tenant, dto, manager)));
+  }
+}
+
+/** `floor-fresh` / `floor-replay`: the hand-written floor (`FloorIdempotencyInterceptor`), bound by the module. */
+@Controller('orders')
+export class FloorOrdersController {
   constructor(private readonly orders: BenchOrdersService) {}
 
   @Post()

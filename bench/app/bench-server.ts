@@ -1,7 +1,7 @@
-/** The four servers the scenarios run against: only the idempotency layer differs. */
-export type BenchServerKind = 'plain' | 'redis' | 'durable' | 'peer';
+/** The servers the scenarios run against: only the idempotency layer (or the transaction) differs. */
+export type BenchServerKind = 'plain' | 'plain-tx' | 'redis' | 'durable' | 'peer' | 'floor';
 
-export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = ['plain', 'redis', 'durable', 'peer'];
+export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = ['plain', 'plain-tx', 'redis', 'durable', 'peer', 'floor'];
 
 /** What a bench server process reads from its environment. */
 export interface BenchServerConfig {

@@ -1,9 +1,8 @@
-import { createHash, randomUUID } from 'node:crypto';
+import { createHash, randomBytes, randomUUID } from 'node:crypto';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
-import { buildScopedKey, newOwnerToken } from '@app/idempotency';
-import { EventDeduplicator, RedisIdempotencyStore } from '@app/idempotency/redis';
+import { EventDeduplicator, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { openRedis, startRedisServer } from '../../test/utils/redis.js';
 import { medianBytesPerKey } from '../driver/redis-stats.js';
 
@@ -98,8 +97,10 @@ async function fullRecordBytes(redis: Redis, url: string) {
   await store.onModuleInit?.();
   const body = Buffer.from('{"applied":true}');
   for (let i = 0; i < 2_000; i++) {
-    const id = buildScopedKey({ operation: 'clicks.ingest', key: `evt-${randomUUID()}` }, ['operation']).id;
-    const ownerToken = newOwnerToken();
+    // Shaped as the engine makes them (public API only): a storage id of 32 hex characters and
+    // an owner token of 16 random bytes in base64url.
+    const id = randomBytes(16).toString('hex');
+    const ownerToken = randomBytes(16).toString('base64url');
     const fingerprint = createHash('sha256').update('').digest('base64url');
     await store.claim(id, { ownerToken, fingerprint, leaseMs: 30_000, ttlMs: 86_400_000 });
     await store.complete(id, ownerToken, { statusCode: 200, headers: { 'content-type': 'application/json' }, body });

@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from '../../libs/idempotency/src/typeorm/index.js';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { BENCH_ORDERS_TABLE } from '../app/bench-orders.service.js';
 
 /** Creates the handler's table and the durable idempotency table in the bench schema. */

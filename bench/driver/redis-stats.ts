@@ -1,5 +1,5 @@
 import type { Redis } from 'ioredis';
-import * as STORE_SCRIPTS from '../../libs/idempotency/src/redis/redis-scripts.js';
+import { REDIS_STORE_SCRIPTS } from 'nestjs-idempotency/redis';
 
 /** Calls per command since the last `CONFIG RESETSTAT`, from `INFO commandstats`. */
 export async function commandCalls(redis: Redis): Promise<Map<string, number>> {
@@ -11,7 +11,7 @@ export async function commandCalls(redis: Redis): Promise<Map<string, number>> {
 
 /** Commands the store's Lua scripts run inside Redis: commandstats counts them as calls too. */
 const COMMANDS_INSIDE_SCRIPTS = new Set(
-  Object.values(STORE_SCRIPTS).flatMap((lua) =>
+  Object.values(REDIS_STORE_SCRIPTS).flatMap((lua) =>
     [...lua.matchAll(/redis\.p?call\('([A-Za-z]+)'/g)].map((match) => match[1]!.toLowerCase()),
   ),
 );

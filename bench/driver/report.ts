@@ -36,6 +36,8 @@ interface ScenarioSummary {
   redisExecutedCommandsPerRequest: number;
   dbStatementsPerRequest: number;
   serverCpuMicrosPerRequest: number;
+  /** Server CPU per request above `plain`'s, in µs: what the layer (or the transaction) costs. */
+  cpuOverPlainMicrosPerRequest: number;
 }
 
 interface RatioSummary {
@@ -53,6 +55,7 @@ const round2 = (value: number) => Math.round(value * 100) / 100;
 export function summarize(measurements: Measurements) {
   const of = (name: ScenarioName, pick: (sample: Sample) => number) =>
     median(measurements.rounds.map((round) => pick(round.get(name)!)));
+  const plainCpu = of('plain', (s) => s.serverCpuMicrosPerRequest);
   const scenarios: ScenarioSummary[] = SCENARIOS.map(({ name }) => ({
     name,
     rps: Math.round(of(name, (s) => s.rps)),
@@ -63,6 +66,7 @@ export function summarize(measurements: Measurements) {
     redisExecutedCommandsPerRequest: round2(of(name, (s) => s.redisExecutedCommandsPerRequest)),
     dbStatementsPerRequest: round2(of(name, (s) => s.dbStatementsPerRequest)),
     serverCpuMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest)),
+    cpuOverPlainMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest) - plainCpu),
   }));
   const ratios: RatioSummary[] = RATIOS.map(({ numerator, denominator, target }) => {
     const perRound = measurements.rounds.map((round) => round2(round.get(numerator)!.rps / round.get(denominator)!.rps));
@@ -74,14 +78,23 @@ export function summarize(measurements: Measurements) {
     generatedAt: new Date().toISOString(),
     settings: measurements.settings,
     machine: { loadAverage1mBefore: round2(measurements.loadBefore), loadAverage1mAfter: round2(loadavg()[0]!) },
-    scenarios: scenarios.map(({ name, rps, p50Ms, p99Ms }) => ({ name, rps, p50Ms, p99Ms })),
+    scenarios: scenarios.map(({ name, rps, p50Ms, p99Ms, serverCpuMicrosPerRequest, cpuOverPlainMicrosPerRequest }) => ({
+      name,
+      rps,
+      p50Ms,
+      p99Ms,
+      serverCpuMicrosPerRequest,
+      cpuOverPlainMicrosPerRequest,
+    })),
     redisCommandsPerRequest: {
       fresh: byName.get('fresh-redis')!.redisCommandsPerRequest,
       replay: byName.get('replay-redis')!.redisCommandsPerRequest,
+      freshExecutedInRedis: byName.get('fresh-redis')!.redisExecutedCommandsPerRequest,
     },
     redisBytesPerRecord: measurements.redisBytesPerRecord,
     dbStatementsPerRequest: {
       plain: byName.get('plain')!.dbStatementsPerRequest,
+      'plain-tx': byName.get('plain-tx')!.dbStatementsPerRequest,
       'fresh-durable': byName.get('fresh-durable')!.dbStatementsPerRequest,
     },
     ratios,
@@ -97,7 +110,7 @@ export type Summary = ReturnType<typeof summarize>;
 
 /** The table and the ratios, as printed at the end of a run. */
 export function formatSummary(summary: Summary): string {
-  const header = ['scenario', 'req/s', 'p50 ms', 'p99 ms', 'Redis cmds/req', '(run in Redis)', 'DB stmts/req', 'server CPU µs/req', 'failed'];
+  const header = ['scenario', 'req/s', 'p50 ms', 'p99 ms', 'Redis cmds/req', '(run in Redis)', 'DB stmts/req', 'server CPU µs/req', 'µs over plain', 'failed'];
   const rows = summary.details.scenarios.map((s) => [
     s.name,
     String(s.rps),
@@ -107,6 +120,7 @@ export function formatSummary(summary: Summary): string {
     s.redisExecutedCommandsPerRequest.toFixed(2),
     s.dbStatementsPerRequest.toFixed(2),
     String(s.serverCpuMicrosPerRequest),
+    String(s.cpuOverPlainMicrosPerRequest),
     String(s.failures),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));

@@ -1,5 +1,6 @@
-import { randomUUID } from 'node:crypto';
-import { buildScopedKey, IdempotencyService, resolvePolicy, type IdempotencyClaim } from '@app/idempotency';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { DurableIdempotencyStore, IdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
+import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import { send, type HttpResult } from '../utils/http.js';
 import { backends } from './support/backends.js';
 import { useOrdersApp } from './support/orders-app.js';
@@ -11,7 +12,7 @@ const ACTOR = 'alice@ops';
 const OPERATION = 'orders.create';
 /**
  * What `POST /orders` answers while the hanging claim holds its key: the claim's fingerprint is
- * not the request's, and a mismatch takes precedence over in-progress (CONTRACT B.13 item 5).
+ * not the request's, and a mismatch takes precedence over in-progress (docs/contract.md B.13 item 5).
  */
 const BLOCKED = 422;
 
@@ -40,13 +41,27 @@ describe(`admin routes on ${serversName}`, () => {
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
     expect(res.json()).toMatchObject({ type: PROBLEM_BASE + kind, status });
   };
-  /** Claims the record `POST /orders` would use for (tenant, key), as a handler that hangs would hold it. */
-  const hangingClaim = async (tenantId: string, key: string): Promise<IdempotencyClaim> => {
-    const scoped = buildScopedKey({ operation: OPERATION, tenant: tenantId, key }, ['tenant', 'operation']);
-    const policy = resolvePolicy({ scope: ['tenant', 'operation'] }, { transactional: true, operation: OPERATION });
-    const begun = await served.app.get(IdempotencyService).begin({ scoped, fingerprint: 'hanging-handler', policy });
-    if (begun.kind !== 'claimed') throw new Error(`expected a claim, got ${begun.kind}`);
-    return begun.claim;
+  /**
+   * Claims the record `POST /orders` would use for (tenant, key) in both tiers, as a handler that
+   * hangs would hold it (through the stores' public API; `abandon()` frees it).
+   */
+  const hangingClaim = async (tenantId: string, key: string) => {
+    const keyId = served.app.get(IdempotencyAdmin).keyIdOf({ operation: OPERATION, tenant: tenantId, key });
+    const request = { ownerToken: randomBytes(16).toString('base64url'), fingerprint: 'hanging-handler', leaseMs: 30_000, ttlMs: 86_400_000 };
+    const tiers = [served.app.get(DurableIdempotencyStore), served.app.get(IdempotencyStore)];
+    for (const tier of tiers) {
+      const claimed = await tier.claim(keyId, request);
+      if (claimed.kind !== 'claimed') throw new Error(`expected a claim, got ${claimed.kind}`);
+    }
+    const abandon = async () => {
+      for (const tier of tiers) await tier.release(keyId, request.ownerToken);
+    };
+    /** What the owner's completion would do (durable tier first, as the engine does): true if any tier took it. */
+    const complete = async (response: StoredResponse) => {
+      const accepted = await Promise.all(tiers.map((tier) => tier.complete(keyId, request.ownerToken, response)));
+      return accepted.some(Boolean);
+    };
+    return { keyId, ownerToken: request.ownerToken, abandon, complete };
   };
 
   describe('refusals', () => {
@@ -75,7 +90,7 @@ describe(`admin routes on ${serversName}`, () => {
       });
       expectProblem(res, 401, 'admin-unauthorized');
       expect((await createOrder(tenantId, key)).status).toBe(BLOCKED);
-      await served.app.get(IdempotencyService).abandon(claim);
+      await claim.abandon();
     });
   });
 
@@ -96,7 +111,7 @@ describe(`admin routes on ${serversName}`, () => {
       const res = await admin(`/records?operation=${OPERATION}&key=${key}`, { headers: { 'X-Tenant-ID': tenantId } });
       expect(res.status).toBe(200);
       const found = res.json();
-      expect(found.keyId).toBe(buildScopedKey({ operation: OPERATION, tenant: tenantId, key }, ['tenant', 'operation']).id);
+      expect(found.keyId).toBe(served.app.get(IdempotencyAdmin).keyIdOf({ operation: OPERATION, tenant: tenantId, key, scope: ['tenant', 'operation'] }));
       for (const tier of ['fast', 'durable']) {
         expect(found[tier]).toMatchObject({
           status: 'found',
@@ -141,7 +156,7 @@ describe(`admin routes on ${serversName}`, () => {
       const tenantId = newTenant();
       const key = randomUUID();
       const claim = await hangingClaim(tenantId, key);
-      const keyId = claim.scoped.id;
+      const { keyId } = claim;
       expect((await createOrder(tenantId, key)).status).toBe(BLOCKED);
 
       const listed = await admin('/in-progress?olderThanMs=0&limit=1000');
@@ -176,8 +191,7 @@ describe(`admin routes on ${serversName}`, () => {
       expect(audit[0]).not.toContain(key);
 
       // The frozen owner wakes up: its completion is refused by the fencing check.
-      const late = await served.app.get(IdempotencyService).finish(claim, { statusCode: 201, headers: {}, body: Buffer.from('{}') });
-      expect(late).toBe('lost');
+      expect(await claim.complete({ statusCode: 201, headers: {}, body: Buffer.from('{}') })).toBe(false);
       const fresh = await createOrder(tenantId, key);
       expect(fresh.status).toBe(201);
       expect(fresh.headers.get('idempotent-replayed')).toBeNull();

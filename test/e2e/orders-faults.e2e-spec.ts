@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import type { INestApplication } from '@nestjs/common';
-import { buildScopedKey, IdempotencyService } from '@app/idempotency';
+import { IdempotencyService } from 'nestjs-idempotency';
+import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import type pg from 'pg';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { send, sleep, type HttpResult } from '../utils/http.js';
@@ -194,8 +195,8 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
     expect(retry.body.equals(first.body)).toBe(true);
     await attempt.expectOneOrderOneCharge();
     // The retry completed the fast record from the durable row: the next one is a fast-tier replay.
-    const scoped = buildScopedKey({ operation: 'orders.create', tenant: attempt.tenantId, key: attempt.key }, ['tenant', 'operation']);
-    expect((await app.get(IdempotencyService).store.get(scoped.id))?.state).toBe('completed');
+    const keyId = app.get(IdempotencyAdmin).keyIdOf({ operation: 'orders.create', tenant: attempt.tenantId, key: attempt.key, scope: ['tenant', 'operation'] });
+    expect((await app.get(IdempotencyService).store.get(keyId))?.state).toBe('completed');
     expect(isReplay(await attempt.send())).toBe(true);
   });
 

@@ -6,7 +6,7 @@ import { send, type HttpResult } from '../utils/http.js';
 import { backends, type Backend } from './support/backends.js';
 import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
 
-/** `POST /orders` under the HTTP contract (CONTRACT B.1–B.11), on both backends. */
+/** `POST /orders` under the HTTP contract (docs/contract.md B.1–B.11), on both backends. */
 describe.each(backends)('POST /orders idempotency on %s', (_name, setUp) => {
   let backend: Backend | undefined;
   let app: INestApplication;

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import type { INestApplication } from '@nestjs/common';
-import { IDEMPOTENCY_SPANS } from '@app/idempotency';
+import { IDEMPOTENCY_SPANS } from 'nestjs-idempotency/telemetry';
 import request from 'supertest';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';

@@ -72,21 +72,16 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
   });
 
   describe('GET /health', () => {
-    it('answers 200 with the state of each backend, without a tenant', async () => {
+    it('answers 200 with the status of each backend, and nothing more, without a tenant or a token', async () => {
       const res = await http.get('/health');
       expect(res.status).toBe(200);
       expect(res.body.status).toBe('ok');
-      expect(res.body.details.database.status).toBe('up');
-      expect(res.body.details.idempotency).toEqual({
-        status: 'up',
-        fast: { status: 'up', latencyMs: expect.any(Number) },
-        durable: { status: 'up', latencyMs: expect.any(Number) },
+      expect(res.body.details).toEqual({
+        database: { status: 'up' },
+        idempotency: { status: 'up', fast: { status: 'up' }, durable: { status: 'up' } },
+        ...(backend!.usesRedis && { redis: { status: 'up' } }),
       });
-      if (backend!.usesRedis) {
-        expect(res.body.details.redis.status).toBe('up');
-      } else {
-        expect(res.body.details.redis).toBeUndefined();
-      }
+      expect(res.body.info).toEqual(res.body.details);
     });
   });
 

@@ -41,8 +41,13 @@ async function createOrder(base: string, tenantId: string): Promise<{ id: string
   return (await res.json()) as { id: string; paymentId: string };
 }
 
-async function getJson(base: string, path: string, tenantId?: string): Promise<{ status: number; type: string | null; body: any }> {
-  const res = await fetch(`${base}${path}`, { headers: tenantId ? { 'X-Tenant-ID': tenantId } : {} });
+async function getJson(
+  base: string,
+  path: string,
+  tenantId?: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; type: string | null; body: any }> {
+  const res = await fetch(`${base}${path}`, { headers: { ...headers, ...(tenantId ? { 'X-Tenant-ID': tenantId } : {}) } });
   return { status: res.status, type: res.headers.get('content-type'), body: await res.json() };
 }
 
@@ -205,9 +210,10 @@ describe('health when Redis is configured but down', () => {
     await rm(cwd, { recursive: true, force: true });
   });
 
-  it('answers 200 while Redis answers, 503 problem details once it is killed, 200 when it is back', async () => {
+  it('answers 200 while Redis answers, 503 problem details once it is killed (why: only with the admin token), 200 when it is back', async () => {
     redis = await startRedis();
-    const app = await start({ cwd, env: { REDIS_URL: `redis://127.0.0.1:${redisPort}` } });
+    const adminToken = `adm_${randomUUID().replaceAll('-', '')}`;
+    const app = await start({ cwd, env: { REDIS_URL: `redis://127.0.0.1:${redisPort}`, ADMIN_TOKEN: adminToken } });
 
     const up = await getJson(app.url, '/health');
     expect(up.status).toBe(200);
@@ -230,6 +236,24 @@ describe('health when Redis is configured but down', () => {
         database: { status: 'up' },
         redis: { status: 'down' },
         idempotency: { status: 'down', fast: { status: 'down' }, durable: { status: 'up' } },
+      },
+    });
+    // Anyone sees statuses only: no driver message names the host, the port or the cause.
+    expect(down.body.details).toEqual({
+      database: { status: 'up' },
+      redis: { status: 'down' },
+      idempotency: { status: 'down', fast: { status: 'down' }, durable: { status: 'up' } },
+    });
+    expect(JSON.stringify(down.body)).not.toMatch(/message|latencyMs|ECONNREFUSED|127\.0\.0\.1|Redis idempotency store/);
+    // The admin token shows why, in the same problem.
+    const detailed = await getJson(app.url, '/health', undefined, { Authorization: `Bearer ${adminToken}` });
+    expect(detailed.status).toBe(503);
+    expect(detailed.body.details).toMatchObject({
+      redis: { status: 'down', message: expect.any(String) },
+      idempotency: {
+        status: 'down',
+        fast: { status: 'down', latencyMs: expect.any(Number), error: expect.stringContaining('Redis idempotency store') },
+        durable: { status: 'up', latencyMs: expect.any(Number) },
       },
     });
 

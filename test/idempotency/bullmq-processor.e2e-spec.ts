@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import { Module, UnprocessableEntityException, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Queue, Worker, type Job, type JobState } from 'bullmq';
-import { IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyStore } from '@app/idempotency';
-import { idempotentProcessor } from '@app/idempotency/bullmq';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
+import { idempotentProcessor } from 'nestjs-idempotency/bullmq';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 

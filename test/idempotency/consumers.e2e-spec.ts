@@ -12,16 +12,18 @@ import {
 } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import {
-  IdempotencyConsumerContext,
   IdempotencyContextRef,
   IdempotencyModule,
   IdempotencyRunError,
-  IdempotentConsumer,
-  IdempotentConsumerKeyError,
   MemoryIdempotencyStore,
   type IdempotencyStore,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+} from 'nestjs-idempotency';
+import {
+  IdempotencyConsumerContext,
+  IdempotentConsumer,
+  IdempotentConsumerKeyError,
+} from 'nestjs-idempotency/consumers';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
 

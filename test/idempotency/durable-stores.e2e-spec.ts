@@ -4,7 +4,7 @@ import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
-import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from '@app/idempotency';
+import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from 'nestjs-idempotency';
 import {
   AddIdempotencyRecordsInProgressIndex1764150000000,
   CreateIdempotencyRecords1764100000000,
@@ -17,7 +17,7 @@ import {
   TypeOrmIdempotencyStore,
   idempotencyTypeOrmEntities,
   type TypeOrmIdempotencyStoreOptions,
-} from '@app/idempotency/typeorm';
+} from 'nestjs-idempotency/typeorm';
 import {
   TEST_DATABASE_URL,
   connectPostgresOrFail,
@@ -32,10 +32,10 @@ import {
   newId,
   newToken,
   sampleResponse,
-  sleep,
   type DurableStoreUnderTest,
   type RowDamage,
-} from './durable-store-contract.js';
+} from 'nestjs-idempotency/testing';
+import { sleep } from '../utils/http.js';
 
 /** "Fast": an unreachable database answers with an error well within a request's budget. */
 const FAST_MS = 2_000;

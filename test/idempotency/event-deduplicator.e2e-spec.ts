@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
-import { EventDeduplicator, type EventDeduplicatorOptions } from '@app/idempotency/redis';
+import { EventDeduplicator, type EventDeduplicatorOptions } from 'nestjs-idempotency/redis';
 import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 import { askNode, deleteKeys, openRedis, openRedisCluster, startRedisCluster, type ThrowawayRedisCluster } from '../utils/redis.js';
 

@@ -2,24 +2,28 @@ import { ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test, type TestingModule } from '@nestjs/testing';
 import type { DataSource } from 'typeorm';
-import { IdempotencyModule } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyModule } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
 import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { RecordingLogger } from '../e2e/support/recording-logger.js';
 
 /**
- * `IdempotencyHealthIndicator` (`@app/idempotency/terminus`) on a throwaway redis-server and a
- * PostgreSQL schema of its own: up with both tiers' latency, down when Redis is stopped or the
- * database is gone, and `not-configured` without a durable store.
+ * `IdempotencyHealthIndicator` (`nestjs-idempotency/terminus`) on a throwaway redis-server and a
+ * PostgreSQL schema of its own: up, down when Redis is stopped or the database is gone, and
+ * `not-configured` without a durable store. By default a tier says only `up` or `down` (an
+ * anonymous `/health` must not show host names or driver errors), and a tier that is down is
+ * logged with its error; `details: true` adds latencies and errors for trusted callers.
  */
 describe('IdempotencyHealthIndicator', () => {
   let redis: ThrowawayRedis | undefined;
   let schema: string | undefined;
   let dataSource: DataSource | undefined;
   let moduleRef: TestingModule | undefined;
+  const logs = new RecordingLogger();
 
   beforeAll(async () => {
     await (await connectPostgresOrFail()).end();
@@ -36,6 +40,7 @@ describe('IdempotencyHealthIndicator', () => {
       ],
       providers: [IdempotencyHealthIndicator],
     }).compile();
+    moduleRef.useLogger(logs);
     await moduleRef.init();
   });
 
@@ -46,38 +51,57 @@ describe('IdempotencyHealthIndicator', () => {
     if (schema) await dropSchema(schema);
   });
 
-  const check = () => moduleRef!.get(HealthCheckService).check([() => moduleRef!.get(IdempotencyHealthIndicator).isHealthy('idempotency')]);
+  const indicator = () => moduleRef!.get(IdempotencyHealthIndicator);
+  const check = () => moduleRef!.get(HealthCheckService).check([() => indicator().isHealthy('idempotency')]);
 
-  it('is up with the latency of each tier while both answer', async () => {
+  it("is up, with each tier's status only, while both answer; with details, their latency", async () => {
     const result = await check();
     expect(result.status).toBe('ok');
-    expect(result.details.idempotency).toEqual({
+    expect(result.details.idempotency).toEqual({ status: 'up', fast: { status: 'up' }, durable: { status: 'up' } });
+    expect((await indicator().isHealthy('idempotency', { details: true })).idempotency).toEqual({
       status: 'up',
       fast: { status: 'up', latencyMs: expect.any(Number) },
       durable: { status: 'up', latencyMs: expect.any(Number) },
     });
   });
 
-  it('is down, and the check answers 503, once the redis-server is stopped; the durable tier still up', async () => {
+  it('is down once the redis-server is stopped: the check answers 503 with statuses only, the error goes to the log', async () => {
     await redis!.stop();
+    logs.entries.length = 0;
     const failure = await check().catch((error: unknown) => error);
     expect(failure).toBeInstanceOf(ServiceUnavailableException);
-    const details = ((failure as ServiceUnavailableException).getResponse() as { details: Record<string, unknown> }).details;
-    expect(details.idempotency).toEqual({
+    const response = (failure as ServiceUnavailableException).getResponse() as Record<string, unknown>;
+    expect((response.details as Record<string, unknown>).idempotency).toEqual({
+      status: 'down',
+      fast: { status: 'down' },
+      durable: { status: 'up' },
+    });
+    // Nothing of the store's error (its host and port, the driver's words) is in what a caller sees.
+    expect(JSON.stringify(response)).not.toMatch(/127\.0\.0\.1|Redis idempotency store|ECONNREFUSED|latencyMs/);
+    expect(logs.at('warn')).toEqual([expect.stringMatching(/^idempotency fast tier down \(its ping failed after [\d.]+ ms\): Redis idempotency store/)]);
+  });
+
+  it('with details, says why a tier is down', async () => {
+    const result = await indicator().isHealthy('idempotency', { details: true });
+    expect(result.idempotency).toEqual({
       status: 'down',
       fast: { status: 'down', latencyMs: expect.any(Number), error: expect.stringContaining('Redis idempotency store') },
       durable: { status: 'up', latencyMs: expect.any(Number) },
     });
   });
 
-  it('reports the durable tier down when its database is gone, and refuses a bad timeout', async () => {
+  it('reports the durable tier down when its database is gone (why: only with details), and refuses a bad timeout', async () => {
     await dataSource!.destroy();
-    const result = await moduleRef!.get(IdempotencyHealthIndicator).isHealthy('idempotency', { timeoutMs: 500 });
-    expect(result.idempotency).toMatchObject({
+    logs.entries.length = 0;
+    const result = await indicator().isHealthy('idempotency', { timeoutMs: 500 });
+    expect(result.idempotency).toEqual({ status: 'down', fast: { status: 'down' }, durable: { status: 'down' } });
+    expect(logs.at('warn')).toContainEqual(expect.stringMatching(/^idempotency durable tier down .*Durable idempotency store/));
+    const detailed = await indicator().isHealthy('idempotency', { timeoutMs: 500, details: true });
+    expect(detailed.idempotency).toMatchObject({
       status: 'down',
       durable: { status: 'down', error: expect.stringContaining('Durable idempotency store') },
     });
-    await expect(moduleRef!.get(IdempotencyHealthIndicator).isHealthy('idempotency', { timeoutMs: 0 })).rejects.toThrow(RangeError);
+    await expect(indicator().isHealthy('idempotency', { timeoutMs: 0 })).rejects.toThrow(RangeError);
   });
 
   it('says not-configured for a module without a durable store', async () => {
@@ -87,7 +111,7 @@ describe('IdempotencyHealthIndicator', () => {
     }).compile();
     try {
       const result = await memoryOnly.get(IdempotencyHealthIndicator).isHealthy('store');
-      expect(result.store).toEqual({ status: 'up', fast: { status: 'up', latencyMs: expect.any(Number) }, durable: { status: 'not-configured' } });
+      expect(result.store).toEqual({ status: 'up', fast: { status: 'up' }, durable: { status: 'not-configured' } });
     } finally {
       await memoryOnly.close();
     }

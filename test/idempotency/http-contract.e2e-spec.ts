@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
-import { MemoryIdempotencyStore, type IdempotencyStore } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
 import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
 import { send, sendRawHeaders, sleep, type HttpResult, type SendOptions } from '../utils/http.js';

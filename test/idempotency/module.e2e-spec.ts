@@ -10,7 +10,8 @@ import {
   MemoryIdempotencyStore,
   type IdempotencyModuleOptions,
   type IdempotencyOptionsFactory,
-} from '@app/idempotency';
+} from 'nestjs-idempotency';
+import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import { send } from '../utils/http.js';
 
 /** How applications register the module: forRoot, forRootAsync with @nestjs/config, useClass. */
@@ -57,7 +58,7 @@ describe('IdempotencyModule registration', () => {
       expect(retry.json()).toEqual(first.json());
       expect(first.headers.get('idempotency-key')).toBeNull(); // echoKey from the factory
       const record = await app.get(IdempotencyService).store.get(
-        (await import('@app/idempotency')).buildScopedKey({ operation: 'POST /ping', key }, ['operation']).id,
+        app.get(IdempotencyAdmin).keyIdOf({ operation: 'POST /ping', key, scope: ['operation'] }),
       );
       expect(record!.expiresAtMs - record!.createdAtMs).toBe(7_200_000);
     } finally {

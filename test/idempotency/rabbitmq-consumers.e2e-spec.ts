@@ -3,14 +3,8 @@ import { Controller, Module, UnprocessableEntityException, type INestMicroservic
 import { NestFactory } from '@nestjs/core';
 import { EventPattern, Payload, Transport, type RmqContext } from '@nestjs/microservices';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, GetMessage } from 'amqplib';
-import {
-  IDEMPOTENCY_KEY_MESSAGE_HEADER,
-  IdempotencyConsumerContext,
-  IdempotencyContextRef,
-  IdempotencyModule,
-  IdempotencyService,
-  IdempotentConsumer,
-} from '@app/idempotency';
+import { IdempotencyContextRef, IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
+import { IDEMPOTENCY_KEY_MESSAGE_HEADER, IdempotencyConsumerContext, IdempotentConsumer } from 'nestjs-idempotency/consumers';
 import {
   AMQP_ATTEMPTS_HEADER,
   AMQP_CONSUMER_HEADER,
@@ -24,8 +18,8 @@ import {
   RmqMessageDeserializer,
   rmqSettlement,
   type AmqpRedeliveryOptions,
-} from '@app/idempotency/amqp';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+} from 'nestjs-idempotency/amqp';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../utils/rabbitmq.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
 

@@ -1,8 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from '@app/idempotency';
-import { amqpQueueArguments, assertAmqpRedeliveryTopology } from '@app/idempotency/amqp';
+import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
+import { amqpQueueArguments, assertAmqpRedeliveryTopology } from 'nestjs-idempotency/amqp';
 import { buildFixtureOnce, startFixtureProcess, type FixtureProcess } from '../utils/compiled-fixture.js';
 import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
 import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
-import { IdempotencyStoreError } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyStoreError } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
 import {
@@ -13,7 +13,8 @@ import {
   type ThrowawayRedisCluster,
 } from '../utils/redis.js';
 import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../utils/redis-cluster.js';
-import { claimRequest, newId, sampleResponse, sleep } from './store-contract.js';
+import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
+import { sleep } from '../utils/http.js';
 
 /** Resolves after `ms` without keeping the process alive. */
 const later = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
 import { send } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl, startRedisServer } from '../utils/redis.js';

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
 import { send, type HttpResult } from '../utils/http.js';
 import { waitForReplicas, waitUntil } from '../utils/redis.js';

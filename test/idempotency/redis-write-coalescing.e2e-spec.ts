@@ -1,11 +1,10 @@
 import { jest } from '@jest/globals';
 import { Socket } from 'node:net';
-import { randomUUID } from 'node:crypto';
-import { newOwnerToken } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { randomBytes, randomUUID } from 'node:crypto';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
 
-const claimOf = () => ({ ownerToken: newOwnerToken(), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 60_000 });
+const claimOf = () => ({ ownerToken: randomBytes(16).toString('base64url'), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 60_000 });
 
 /** Socket writes (`_write` and `_writev` calls) of `socket` while `work` runs, with their chunk counts. */
 async function writesOf(socket: Socket, work: () => Promise<unknown>): Promise<number[]> {

@@ -17,7 +17,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import type { Server, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { map } from 'rxjs';
-import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { send } from '../utils/http.js';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';
 

@@ -9,8 +9,8 @@ import {
   IdempotencyService,
   MemoryIdempotencyStore,
   type IdempotencyStore,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+} from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../utils/http.js';
 import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
 

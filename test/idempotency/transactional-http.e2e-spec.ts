@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { MemoryIdempotencyStore } from '@app/idempotency';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { MemoryIdempotencyStore } from 'nestjs-idempotency';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
 import { DurableSwitchStore } from '../fixtures/durable-switch.store.js';
 import { send, sleep, type SendOptions } from '../utils/http.js';

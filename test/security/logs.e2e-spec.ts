@@ -1,5 +1,5 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { RecordingLogger } from '../e2e/support/recording-logger.js';
 import { startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
 import { send } from '../utils/http.js';

@@ -7,9 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 /**
- * The orders service as a real process: built once per test run with the Nest CLI into
- * `node_modules/.cache/orders-e2e/dist` (so it never touches `dist/`), started with
- * `node .../main.js`, stopped with SIGTERM.
+ * The orders service as a real process: built once per test run (the library into its own
+ * libs/idempotency/dist, since the app imports it by its package name as any user's app does;
+ * then the app with the Nest CLI into `node_modules/.cache/orders-e2e/dist`, so it never touches
+ * `dist/`), started with `node .../main.js`, stopped with SIGTERM.
  */
 export const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const CACHE_DIR = join(REPO_ROOT, 'node_modules/.cache/orders-e2e');
@@ -18,7 +19,17 @@ const WORKER_JS = join(CACHE_DIR, 'dist/apps/orders/src/worker.js');
 
 const BUILD_STAMP = join(CACHE_DIR, 'build-stamp');
 /** What the build reads besides node_modules. */
-const BUILD_INPUTS = ['apps/orders/src', 'libs/idempotency/src', 'tsconfig.json', 'apps/orders/tsconfig.app.json', 'nest-cli.json'];
+const BUILD_INPUTS = [
+  'apps/orders/src',
+  'libs/idempotency/src',
+  'libs/idempotency/package.json',
+  'libs/idempotency/tsconfig.build.json',
+  'tsconfig.json',
+  'apps/orders/tsconfig.app.json',
+  'nest-cli.json',
+];
+/** The library's own build: the app imports `nestjs-idempotency`, which Node resolves to its dist/. */
+const LIBRARY_BUILD = join(REPO_ROOT, 'libs/idempotency/scripts/build.mjs');
 
 let build: Promise<string> | undefined;
 
@@ -64,14 +75,17 @@ export function buildOrdersAppOnce(): Promise<string> {
     );
     // The CLI resolves -p against the working directory, even when it is absolute.
     const nest = join(REPO_ROOT, 'node_modules/@nestjs/cli/bin/nest.js');
-    try {
-      await promisify(execFile)(process.execPath, [nest, 'build', 'orders', '-p', relative(REPO_ROOT, tsconfig)], {
-        cwd: REPO_ROOT,
-        timeout: 180_000,
-      });
-    } catch (error) {
-      const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-      throw new Error(`nest build failed:\n${stdout}\n${stderr}`);
+    const steps: Array<[string, string[]]> = [
+      ['the library build', [LIBRARY_BUILD]],
+      ['nest build', [nest, 'build', 'orders', '-p', relative(REPO_ROOT, tsconfig)]],
+    ];
+    for (const [name, args] of steps) {
+      try {
+        await promisify(execFile)(process.execPath, args, { cwd: REPO_ROOT, timeout: 180_000 });
+      } catch (error) {
+        const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
+        throw new Error(`${name} failed:\n${stdout}\n${stderr}`);
+      }
     }
     await writeFile(BUILD_STAMP, digest);
     return MAIN_JS;

@@ -1,5 +1,5 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdir, rm, symlink, writeFile } from 'node:fs/promises';
+import { mkdir, rm, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
@@ -8,11 +8,13 @@ import { REPO_ROOT } from './app-process.js';
 /**
  * A TypeScript program under `test/fixtures/` compiled with tsc (Nest needs decorator metadata,
  * which Jest's transform gives only in-process) into `node_modules/.cache/fixtures/<name>`, so a
- * test can run it as a real process and kill it. `@app/idempotency` resolves to the compiled
- * library through a package in the output's own node_modules. Incremental: a second build with
- * unchanged sources takes a few seconds.
+ * test can run it as a real process and kill it. It imports `nestjs-idempotency` by its package
+ * name, as any user's app does: the library is built into its own libs/idempotency/dist first,
+ * and Node resolves the name through the npm workspace. The fixture's compilation is incremental.
  */
 const requireHere = createRequire(import.meta.url);
+/** The library's own build (the same one the orders app's process build runs). */
+const LIBRARY_BUILD = join(REPO_ROOT, 'libs/idempotency/scripts/build.mjs');
 const builds = new Map<string, Promise<string>>();
 
 /** Compiles `test/fixtures/<name>/main.ts` (once per test file); resolves with the path of main.js. */
@@ -34,26 +36,35 @@ async function compile(name: string): Promise<string> {
     tsconfig,
     JSON.stringify({
       extends: '../../../../tsconfig.json',
-      compilerOptions: { outDir: './dist', sourceMap: false, declaration: false, types: ['node'], incremental: true, tsBuildInfoFile: './tsbuildinfo' },
+      compilerOptions: {
+        outDir: './dist',
+        sourceMap: false,
+        declaration: false,
+        types: ['node'],
+        incremental: true,
+        tsBuildInfoFile: './tsbuildinfo',
+        // Against the library's built types in its dist/, not its sources.
+        customConditions: [],
+      },
       include: [`../../../../test/fixtures/${name}/**/*.ts`],
     }),
   );
-  try {
-    await promisify(execFile)(process.execPath, [requireHere.resolve('typescript/bin/tsc'), '-p', tsconfig], { cwd: REPO_ROOT, timeout: 300_000 });
-  } catch (error) {
-    const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-    throw new Error(`tsc failed for fixture ${name}:\n${stdout}\n${stderr}`);
+  const steps: Array<[string, string[]]> = [
+    ['the library build', [LIBRARY_BUILD]],
+    [`tsc for fixture ${name}`, [requireHere.resolve('typescript/bin/tsc'), '-p', tsconfig]],
+  ];
+  for (const [step, args] of steps) {
+    try {
+      await promisify(execFile)(process.execPath, args, { cwd: REPO_ROOT, timeout: 300_000 });
+    } catch (error) {
+      const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
+      throw new Error(`${step} failed:\n${stdout}\n${stderr}`);
+    }
   }
   // Under node_modules Node finds no package scope: say that the output is ESM.
   await writeFile(join(distDir, 'package.json'), '{ "type": "module" }\n');
-  const aliasDir = join(distDir, 'node_modules/@app/idempotency');
-  await rm(aliasDir, { recursive: true, force: true });
-  await mkdir(aliasDir, { recursive: true });
-  await symlink(join(distDir, 'libs/idempotency/src'), join(aliasDir, 'src'), 'dir');
-  await writeFile(
-    join(aliasDir, 'package.json'),
-    JSON.stringify({ name: '@app/idempotency', type: 'module', exports: { '.': './src/index.js', './*': './src/*/index.js' } }),
-  );
+  // An alias package older versions of this helper left there would shadow the real one.
+  await rm(join(distDir, 'node_modules'), { recursive: true, force: true });
   return join(distDir, 'test/fixtures', name, 'main.js');
 }
 

@@ -1,7 +1,7 @@
 import type { HttpResult } from './http.js';
 
 /**
- * The answers to N concurrent requests with one key (CONTRACT B.9 rule 26): exactly one fresh
+ * The answers to N concurrent requests with one key (docs/contract.md B.9 rule 26): exactly one fresh
  * execution; every other answer is a 409 `idempotency-request-in-progress` with `Retry-After`,
  * or a replay byte-identical to the fresh one. Returns the fresh answer.
  */

@@ -1,5 +1,5 @@
 import { DataSource } from 'typeorm';
-import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS } from '@app/idempotency/typeorm';
+import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { TEST_DATABASE_URL } from './postgres.js';
 
 /** An initialized PostgreSQL DataSource on `schema` of database `test`, with the idempotency table migrated in. */

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster, Redis, type RedisOptions } from 'ioredis';
-import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
+import { REDIS_FAIL_FAST_OPTIONS } from 'nestjs-idempotency/redis';
 
 /**
  * Redis for the e2e suites: the shared server at `REDIS_URL` (default `redis://127.0.0.1:6379`),

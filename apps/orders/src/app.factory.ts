@@ -1,6 +1,6 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { IDEMPOTENCY_CORS } from '@app/idempotency';
+import { IDEMPOTENCY_CORS } from 'nestjs-idempotency';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';

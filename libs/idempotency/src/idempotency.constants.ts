@@ -1,18 +1,18 @@
-/** Request header that carries the client's key (CONTRACT B.2). @publicApi */
+/** Request header that carries the client's key (docs/contract.md B.2). @publicApi */
 export const IDEMPOTENCY_KEY_HEADER = 'Idempotency-Key';
-/** Default name of the header that marks a replayed response (Stripe's name, CONTRACT B.6). @publicApi */
+/** Default name of the header that marks a replayed response (Stripe's name, docs/contract.md B.6). @publicApi */
 export const IDEMPOTENT_REPLAYED_HEADER = 'Idempotent-Replayed';
-/** Default base of the problem type URIs (CONTRACT B.11). Configure your own documentation page. @publicApi */
+/** Default base of the problem type URIs (docs/contract.md B.11). Configure your own documentation page. @publicApi */
 export const DEFAULT_PROBLEM_TYPE_BASE_URI = 'https://api.example.com/problems/';
 /** Media type of every error the library answers (RFC 9457). @publicApi */
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
-/** 24 h: Stripe's floor (CONTRACT B.10). @publicApi */
+/** 24 h: Stripe's floor (docs/contract.md B.10). @publicApi */
 export const DEFAULT_TTL_MS = 86_400_000;
-/** 30 s lease renewed every 10 s while a handler runs (CONTRACT B.9 rule 25). @publicApi */
+/** 30 s lease renewed every 10 s while a handler runs (docs/contract.md B.9 rule 25). @publicApi */
 export const DEFAULT_LEASE_MS = 30_000;
 export const DEFAULT_HEARTBEAT_MS = 10_000;
-/** 1 MiB (CONTRACT B.8 rule 23). @publicApi */
+/** 1 MiB (docs/contract.md B.8 rule 23). @publicApi */
 export const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1_048_576;
 /** 1 MiB: largest request body fingerprinted by default; above it a 413 problem. @publicApi */
 export const DEFAULT_MAX_FINGERPRINTED_BODY_BYTES = 1_048_576;
@@ -24,7 +24,7 @@ export const IDEMPOTENCY_OUTCOME_METADATA = 'idempotency:outcome';
 
 /**
  * Headers a browser client needs: pass them to `app.enableCors()` so `Idempotency-Key` may be
- * sent and the replay marker, key echo, `Retry-After` and `Location` may be read (CONTRACT B.6).
+ * sent and the replay marker, key echo, `Retry-After` and `Location` may be read (docs/contract.md B.6).
  *
  * @example
  * app.enableCors({ allowedHeaders: ['Content-Type', ...IDEMPOTENCY_CORS.allowedHeaders],

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyAdmin } from './admin/idempotency-admin.service.js';
+import { apiDocsProvider } from './decorators/idempotency-api-docs.js';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './engine/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
@@ -34,6 +35,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyTelemetry,
     IdempotentRoutesValidator,
     IdempotencyAdmin,
+    apiDocsProvider,
   ],
   exports: [
     IDEMPOTENCY_SETTINGS,

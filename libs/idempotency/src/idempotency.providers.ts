@@ -10,7 +10,7 @@ import { MemoryIdempotencyStore } from './stores/memory-idempotency.store.js';
 
 /**
  * The fast tier: the store from the options, or an in-memory store (one process only: for tests
- * and single-instance development, CONTRACT B.10 rule 31). The memory store is created here, so
+ * and single-instance development, docs/contract.md B.10 rule 31). The memory store is created here, so
  * the module owns it and Nest runs its shutdown hook.
  */
 export const storeProvider: Provider = {

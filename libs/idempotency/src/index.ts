@@ -1,47 +1,62 @@
 /**
- * `@app/idempotency`: the core. Redis and TypeORM stores live behind their own entry points
- * (`@app/idempotency/redis`, `@app/idempotency/typeorm`), so this one imports neither.
+ * `nestjs-idempotency`: what an application author uses. Everything here is public API, covered
+ * by semver (`@publicApi`). Stores and integrations that need an optional peer live behind their
+ * own entry points (`/redis`, `/typeorm`, `/bullmq`, `/terminus`), as do the message consumers
+ * (`/consumers`), the operator's tools (`/admin`), the telemetry names (`/telemetry`) and the store
+ * contract suites (`/testing`), so importing this one loads none of those peers.
  */
+
+// The module and its options
 export { IdempotencyModule } from './idempotency.module.js';
-export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyOptionsFactory } from './idempotency.module-definition.js';
-export * from './idempotency.constants.js';
-export { resolvePolicy, type ResolvedPolicy, type ResolvedModuleSettings } from './idempotency.options.js';
-export * from './interfaces/index.js';
-export * from './decorators/index.js';
-export { IdempotencyInterceptor, type ResolvedScope } from './interceptors/idempotency.interceptor.js';
-export {
-  IdempotencyService,
-  IdempotencyClaim,
-  type BeginRequest,
-  type BeginResult,
-  type Execution,
-  type ExecutionResult,
-  type FinishResult,
-  type HandlerOutcome,
-  type RunRequest,
-  type RunResult,
-} from './engine/idempotency.service.js';
+export type { IdempotencyOptionsFactory } from './idempotency.module-definition.js';
+export type {
+  FingerprintOption,
+  IdempotencyHttpRequest,
+  IdempotencyModuleOptions,
+  IdempotencyPolicyOptions,
+  IdempotentOptions,
+  InProgressOptions,
+  ReaperOptions,
+  ReplayHeaderOptions,
+  ScopeResolver,
+} from './interfaces/idempotency-module-options.interface.js';
+export type { ScopeDimension } from './engine/scoped-key.js';
+export type { KeySyntax } from './engine/idempotency-key.parser.js';
+export type { JsonFingerprintMode } from './engine/fingerprint.js';
+export type { IdempotencyEncryptionKey, IdempotencyEncryptionOptions } from './security/idempotency-cipher.js';
+
+// Routes: the decorators and what a handler sees
+export { Idempotent } from './decorators/idempotent.decorator.js';
+export { IdempotencyContext } from './decorators/idempotency-context.decorator.js';
+export { IdempotencyOutcome } from './decorators/idempotency-outcome.decorator.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
-export { IdempotencyReaper } from './engine/idempotency-reaper.js';
-export { decideOutcome, type OutcomeOverride, type OutcomePolicy } from './engine/outcome-policy.js';
-export { parseIdempotencyKey, type KeyRules, type KeySyntax, type ParsedKey } from './engine/idempotency-key.parser.js';
-export { computeFingerprint, canonicalizeJson, type FingerprintInput, type JsonFingerprintMode } from './engine/fingerprint.js';
-export { buildScopedKey, derivedKey, type ScopeDimension, type ScopedKey, type ScopeParts } from './engine/scoped-key.js';
-export { newOwnerToken } from './engine/owner-token.js';
-export { IdempotencyStore, type ClaimRequest, type ClaimResult } from './stores/idempotency-store.js';
-export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
-export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
-export * from './errors/idempotency.exceptions.js';
-export * from './errors/idempotency-outcome.errors.js';
-export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
-export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
+export type { OutcomeOverride } from './engine/outcome-policy.js';
+export { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
+export { IdempotencyFinalError, IdempotencyTransientError } from './errors/idempotency-outcome.errors.js';
+
+// Beyond HTTP: IdempotencyService.run()
+export { IdempotencyService, type RunRequest, type RunResult } from './engine/idempotency.service.js';
 export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
+
+// Errors and the problem responses (RFC 9457)
+export { IdempotencyProblemException, type IdempotencyProblemKind, type ProblemDetails } from './errors/idempotency.exceptions.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
-export { IdempotencyRecordUnreadableError } from './errors/idempotency-record-unreadable.error.js';
-export { IdempotencyCipher, type IdempotencyEncryptionKey, type IdempotencyEncryptionOptions } from './security/idempotency-cipher.js';
-export * from './consumers/index.js';
-export { IdempotencyProblemFilter } from './errors/problem-details.filter.js';
-export * from './telemetry/index.js';
-export * from './admin/index.js';
 export { IdempotencyScopeError } from './engine/scoped-key.js';
-export type { ForceDeleteScope, InProgressEntry } from './stores/idempotency-store.js';
+export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
+export { IdempotencyRecordUnreadableError } from './errors/idempotency-record-unreadable.error.js';
+
+// Stores: the two contracts, the in-memory store, and the types their methods use
+export {
+  IdempotencyStore,
+  type ClaimRequest,
+  type ClaimResult,
+  type ForceDeleteScope,
+  type InProgressEntry,
+} from './stores/idempotency-store.js';
+export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
+export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
+export type { IdempotencyRecord, IdempotencyRecordState, StoredResponse } from './interfaces/idempotency-record.interface.js';
+export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
+
+// HTTP names
+export { IDEMPOTENCY_CORS, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './idempotency.constants.js';

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import * as storeScripts from '../../../libs/idempotency/src/redis/redis-scripts.js';
+import { REDIS_STORE_SCRIPTS } from 'nestjs-idempotency/redis';
 import type { ChunkPattern } from '../../utils/tcp-proxy.js';
 
 /**
@@ -7,7 +7,7 @@ import type { ChunkPattern } from '../../utils/tcp-proxy.js';
  * (`TcpProxy.arm`). The Redis store runs one Lua script per operation: ioredis sends a script's
  * text (EVAL) the first time on a connection, then only its SHA-1 (EVALSHA).
  */
-const SCRIPTS: readonly string[] = Object.values(storeScripts).filter((value) => typeof value === 'string');
+const SCRIPTS: readonly string[] = Object.values(REDIS_STORE_SCRIPTS);
 /** The scripts share a prelude; their last lines tell them apart. */
 const TAIL_CHARS = 120;
 
@@ -19,9 +19,9 @@ function redisScriptCall(lua: string): ChunkPattern {
 }
 
 /** The Redis store's `claim` (the fast claim of a new request). */
-export const REDIS_CLAIM = redisScriptCall(storeScripts.CLAIM_SCRIPT);
+export const REDIS_CLAIM = redisScriptCall(REDIS_STORE_SCRIPTS.claim);
 /** The Redis store's `complete` (on transactional routes: the fast tier following the commit). */
-export const REDIS_COMPLETE = redisScriptCall(storeScripts.COMPLETE_SCRIPT);
+export const REDIS_COMPLETE = redisScriptCall(REDIS_STORE_SCRIPTS.complete);
 
 /** The durable claim: the insert-if-absent of the `idempotency_records` row. */
 export const PG_DURABLE_CLAIM = /INSERT INTO \S*idempotency_records/;

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
-import { MemoryIdempotencyStore, type IdempotencyStore, type StoredResponse } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { MemoryIdempotencyStore, type IdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { openIdempotencyDataSource } from '../../utils/idempotency-data-source.js';
 import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../../utils/postgres.js';
 import { deleteKeys, openRedis, redisUrl } from '../../utils/redis.js';

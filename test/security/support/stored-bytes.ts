@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
-import type { IdempotencyRecord } from '@app/idempotency';
+import type { IdempotencyRecord } from 'nestjs-idempotency';
 
 /** One stored thing as raw bytes, with the name it is stored under. */
 export interface StoredBytes {

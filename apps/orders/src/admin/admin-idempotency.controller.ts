@@ -5,7 +5,7 @@ import {
   type IdempotencyForceReleaseResult,
   type IdempotencyInProgressListing,
   type IdempotencyLookupResult,
-} from '@app/idempotency';
+} from 'nestjs-idempotency/admin';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { SkipTenant } from '../common/tenant/skip-tenant.decorator.js';
 import { TENANT_HEADER } from '../common/tenant/tenant-id.js';

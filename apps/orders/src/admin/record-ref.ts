@@ -1,4 +1,4 @@
-import type { IdempotencyAdmin, IdempotencyRecordRef } from '@app/idempotency';
+import type { IdempotencyAdmin, IdempotencyRecordRef } from 'nestjs-idempotency/admin';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { parseTenantId } from '../common/tenant/tenant-id.js';
 import { validationProblem } from '../common/validation/validation.pipe.js';

@@ -1,4 +1,4 @@
-import type { IdempotencyEncryptionOptions } from '@app/idempotency';
+import type { IdempotencyEncryptionOptions } from 'nestjs-idempotency';
 
 const KEY_ID = /^[A-Za-z0-9._-]{1,64}$/;
 const BASE64 = /^[A-Za-z0-9+/]+={0,2}$/;

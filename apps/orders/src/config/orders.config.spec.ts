@@ -199,7 +199,7 @@ describe('parseOrdersConfig', () => {
     expect(error).toBeInstanceOf(OrdersConfigError);
     expect(error.message).toContain('  - PORT must be an integer');
     expect(error.message).toContain('  - LOG_LEVEL must be one of');
-    expect(error.message).toContain('see README.md');
+    expect(error.message).toContain('see apps/orders/README.md');
   });
 });
 

@@ -1,6 +1,6 @@
 import { resolve } from 'node:path';
 import type { LogLevel } from '@nestjs/common';
-import type { IdempotencyEncryptionOptions } from '@app/idempotency';
+import type { IdempotencyEncryptionOptions } from 'nestjs-idempotency';
 import { parseEncryptionKeys } from './encryption-keys.js';
 
 /**
@@ -93,7 +93,7 @@ export class OrdersConfigError extends Error {
   constructor(readonly problems: string[]) {
     super(
       `Invalid configuration of the orders service:\n${problems.map((p) => `  - ${p}`).join('\n')}\n` +
-        'Fix these environment variables (see README.md, "Configuration") and start again.',
+        'Fix these environment variables (see apps/orders/README.md, "Configuration") and start again.',
     );
     this.name = this.constructor.name;
   }

@@ -1,4 +1,4 @@
-import { idempotencyTypeOrmEntities } from '@app/idempotency/typeorm';
+import { idempotencyTypeOrmEntities } from 'nestjs-idempotency/typeorm';
 import type { DataSourceOptions, LoggerOptions } from 'typeorm';
 import type { DatabaseConfig } from '../config/orders.config.js';
 import { Order } from '../orders/order.entity.js';

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { ClientProxyFactory, RmqRecordBuilder, Transport, type ClientProxy, type RmqOptions } from '@nestjs/microservices';
-import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from '@app/idempotency';
-import { amqpQueueArguments, assertAmqpRedeliveryTopology, RmqMessageDeserializer } from '@app/idempotency/amqp';
+import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
+import { amqpQueueArguments, assertAmqpRedeliveryTopology, RmqMessageDeserializer } from 'nestjs-idempotency/amqp';
 import { connect } from 'amqplib';
 import { firstValueFrom, timeout } from 'rxjs';
 import { ORDERS_CONFIG, redactUrl, type OrdersConfig, type RabbitMqConfig } from '../config/orders.config.js';

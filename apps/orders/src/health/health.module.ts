@@ -1,5 +1,5 @@
 import { Module } from '@nestjs/common';
-import { IdempotencyHealthIndicator } from '@app/idempotency/terminus';
+import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
 import { TerminusModule } from '@nestjs/terminus';
 import { HealthController } from './health.controller.js';
 

@@ -1,7 +1,7 @@
 import { Module } from '@nestjs/common';
-import { IdempotencyModule, MemoryIdempotencyStore } from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
+import { IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';

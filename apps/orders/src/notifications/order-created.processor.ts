@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
-import { IdempotencyService } from '@app/idempotency';
-import { idempotentProcessor, type IdempotentJob } from '@app/idempotency/bullmq';
+import { IdempotencyService } from 'nestjs-idempotency';
+import { idempotentProcessor, type IdempotentJob } from 'nestjs-idempotency/bullmq';
 import { UnrecoverableError } from 'bullmq';
 import type { EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';

@@ -1,7 +1,8 @@
 import { Controller } from '@nestjs/common';
 import { EventPattern, Payload, type RmqContext } from '@nestjs/microservices';
-import { IdempotencyConsumerContext, IdempotencyContextRef, IdempotentConsumer } from '@app/idempotency';
-import { rmqMessageKey, rmqSettlement } from '@app/idempotency/amqp';
+import { IdempotencyContextRef } from 'nestjs-idempotency';
+import { IdempotencyConsumerContext, IdempotentConsumer } from 'nestjs-idempotency/consumers';
+import { rmqMessageKey, rmqSettlement } from 'nestjs-idempotency/amqp';
 import type { EntityManager } from 'typeorm';
 import { ORDER_CREATED_JOB, type OrderCreatedEvent } from '../events/order-created.event.js';
 import { ORDER_CONFIRMATION_CONSUMER, OrderCreatedProcessor } from './order-created.processor.js';

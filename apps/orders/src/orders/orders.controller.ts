@@ -1,5 +1,5 @@
 import { Body, Controller, Get, Param, Post, Res } from '@nestjs/common';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef } from '@app/idempotency';
+import { Idempotent, IdempotencyContext, IdempotencyContextRef } from 'nestjs-idempotency';
 import type { EntityManager } from 'typeorm';
 import { OutboxRelay } from '../events/outbox.relay.js';
 import { TenantId } from '../common/tenant/tenant-id.decorator.js';

@@ -1,5 +1,5 @@
 import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown, Optional } from '@nestjs/common';
-import { REDIS_FAIL_FAST_OPTIONS } from '@app/idempotency/redis';
+import { REDIS_FAIL_FAST_OPTIONS } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
 import type { FastStoreConfig } from '../config/orders.config.js';
 import { redactUrl } from '../config/orders.config.js';

@@ -1,5 +1,5 @@
 import { Body, Controller, HttpCode, HttpException, Post, Req, Res, UseGuards, type RawBodyRequest } from '@nestjs/common';
-import { IdempotencyRunError, IdempotencyStoreError } from '@app/idempotency';
+import { IdempotencyRunError, IdempotencyStoreError } from 'nestjs-idempotency';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { SkipTenant } from '../common/tenant/skip-tenant.decorator.js';
 import { validationProblem } from '../common/validation/validation.pipe.js';

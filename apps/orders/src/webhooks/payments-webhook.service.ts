@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { IdempotencyService, type IdempotencyContextRef } from '@app/idempotency';
+import { IdempotencyService, type IdempotencyContextRef } from 'nestjs-idempotency';
 import type { EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';

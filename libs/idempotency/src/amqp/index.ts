@@ -1,8 +1,10 @@
 /**
- * `@app/idempotency/amqp`: RabbitMQ consumers, for Nest's RMQ transport (`rmqSettlement()` with
+ * `nestjs-idempotency/amqp`: RabbitMQ consumers, for Nest's RMQ transport (`rmqSettlement()` with
  * `@IdempotentConsumer()`) and for apps that use amqplib channels directly
  * (`idempotentAmqpHandler()`). The only part of the library that refers to `amqplib` (an
  * optional peer; types only at run time), so an application without RabbitMQ never loads it.
+ *
+ * @publicApi
  */
 export * from './amqp.constants.js';
 export { AmqpSettler, type AmqpSettleInput, type AmqpSettlerOptions } from './amqp-settler.js';

@@ -2,8 +2,10 @@ import type { Job } from 'bullmq';
 import { DelayedError, UnrecoverableError } from 'bullmq';
 import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
+import { checkConsumerOptions, configurationErrorAt } from '../consumers/consumer-options.check.js';
 import { consumerRunRequest } from '../consumers/consumer-run-request.js';
 import type { ConsumerIdempotencyOptions } from '../consumers/idempotent-consumer.options.js';
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
 import { IdempotentConsumerKeyError } from '../consumers/idempotent-consumer-key.error.js';
 
@@ -35,7 +37,7 @@ export interface IdempotentProcessorOptions<TJob extends IdempotentJob = Job>
   inProgressDelayFactor?: number;
 }
 
-/** A BullMQ processor that also receives the idempotency context of the job's run. */
+/** A BullMQ processor that also receives the idempotency context of the job's run. @publicApi */
 export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any> = (
   job: TJob,
   idempotency: IdempotencyContextRef,
@@ -61,6 +63,9 @@ export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any
  * - a job without a key, a key reused with another fingerprint, or an outcome that cannot be
  *   replayed: `UnrecoverableError`. A store that is down: the error is rethrown (retried per `attempts`).
  *
+ * The options are checked when it is called (at startup, where the worker is built): a bad one
+ * throws `IdempotencyConfigurationError` naming the consumer and the option.
+ *
  * @example
  * new Worker('orders', idempotentProcessor(idempotency, { consumer: 'mailer.order-created', key: (job) => job.data.eventId,
  *   options: { transactional: true } }, async (job, idem) => {
@@ -73,6 +78,7 @@ export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = 
   options: IdempotentProcessorOptions<TJob>,
   handler: IdempotentJobHandler<TJob, TResult>,
 ): (job: TJob, token?: string, signal?: AbortSignal) => Promise<TResult> {
+  checkProcessorOptions(idempotency, options);
   const consumerOptions: ConsumerIdempotencyOptions<TJob> = { ...options, key: options.key ?? ((job) => job.id) };
   const delayFactor = options.inProgressDelayFactor ?? 1;
   return async (job, token, signal) => {
@@ -96,4 +102,22 @@ export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = 
       throw error.retryable ? error : new UnrecoverableError(`${options.consumer}: ${error.message} (${error.kind})`);
     }
   };
+}
+
+/** Checks the options once, when the processor is built, so a bad one stops the startup. */
+function checkProcessorOptions<TJob extends IdempotentJob>(
+  idempotency: IdempotencyService,
+  options: IdempotentProcessorOptions<TJob>,
+): void {
+  const consumer = (options as { consumer?: unknown } | null | undefined)?.consumer;
+  try {
+    checkConsumerOptions(options, { keyRequired: false });
+    const factor = options.inProgressDelayFactor;
+    if (factor !== undefined && !(typeof factor === 'number' && Number.isFinite(factor) && factor > 0)) {
+      throw new IdempotencyConfigurationError(`inProgressDelayFactor must be a positive finite number, got ${String(factor)}.`);
+    }
+    idempotency.policyFor(options.options);
+  } catch (error) {
+    throw configurationErrorAt(`idempotentProcessor(${typeof consumer === 'string' && consumer.trim() ? `'${consumer}'` : ''})`, error);
+  }
 }

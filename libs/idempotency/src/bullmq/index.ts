@@ -1,5 +1,5 @@
 /**
- * `@app/idempotency/bullmq`: the BullMQ adapter. The only part of the library that imports
+ * `nestjs-idempotency/bullmq`: the BullMQ adapter. The only part of the library that imports
  * `bullmq`, so an application without it never loads it.
  */
 export {

@@ -67,7 +67,7 @@ export interface IdempotentConsumerOptions<TData = any, TContext = any>
   mapError?: (error: unknown, data: TData, context: TContext) => unknown;
   /**
    * Settles every message with its broker, on transports with manual acknowledgements: e.g.
-   * `rmqSettlement({ queue })` of `@app/idempotency/amqp` for RabbitMQ with `noAck: false`
+   * `rmqSettlement({ queue })` of `nestjs-idempotency/amqp` for RabbitMQ with `noAck: false`
    * (ack a handled message or a duplicate, redeliver an in-progress duplicate or a transient
    * failure after a delay, dead-letter a poison message). With a settlement, failures are
    * reported to the broker and not thrown to the transport (`mapError` is not used).

@@ -1,8 +1,12 @@
+/**
+ * `nestjs-idempotency/consumers`: message handlers of Nest microservices (`@EventPattern`,
+ * `@MessagePattern`) handled once per message. Needs no import of `@nestjs/microservices` itself.
+ *
+ * @publicApi
+ */
 export { IdempotentConsumer } from './idempotent-consumer.decorator.js';
 export { IdempotentConsumerInterceptor } from './idempotent-consumer.interceptor.js';
 export { IdempotencyConsumerContext } from './idempotency-consumer-context.decorator.js';
-export { IDEMPOTENT_CONSUMER_METADATA, IdempotentConsumerHandler } from './idempotent-consumer.metadata.js';
-export { consumerRunRequest } from './consumer-run-request.js';
 export { IdempotentConsumerKeyError } from './idempotent-consumer-key.error.js';
 export type { ConsumerIdempotencyOptions, IdempotentConsumerOptions } from './idempotent-consumer.options.js';
 export { messageDisposition, type ConsumerRunOutcome, type DeadLetterReason, type MessageDisposition } from './message-disposition.js';

@@ -15,7 +15,7 @@ export interface SettlementInput<TData = any, TContext = any> {
  * Settles a message with its broker, for transports with manual acknowledgements: acknowledges
  * it, hands it back for a later redelivery, or dead-letters it, as `disposition` says. With a
  * settlement, `@IdempotentConsumer()` reports failures to the broker instead of throwing them
- * to the transport. `rmqSettlement()` of `@app/idempotency/amqp` is the one for RabbitMQ.
+ * to the transport. `rmqSettlement()` of `nestjs-idempotency/amqp` is the one for RabbitMQ.
  *
  * @publicApi
  */

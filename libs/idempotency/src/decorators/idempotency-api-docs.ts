@@ -1,4 +1,4 @@
-import { RequestMethod } from '@nestjs/common';
+import { type FactoryProvider, RequestMethod } from '@nestjs/common';
 import { HTTP_CODE_METADATA, METHOD_METADATA } from '@nestjs/common/constants.js';
 import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
 import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
@@ -20,10 +20,33 @@ export async function importOptional<T>(specifier: string): Promise<T | undefine
   }
 }
 
-/** `@nestjs/swagger` when the application has it, loaded once, when this module is first imported. */
-const swagger = await importOptional<Swagger>('@nestjs/swagger');
+/**
+ * `@nestjs/swagger` when the application has it. Loaded with `import()` and never awaited at the
+ * top level: a top-level `await` anywhere in the graph would stop CommonJS applications from
+ * `require()`-ing the library (ERR_REQUIRE_ASYNC_MODULE). `require()` cannot stand in: it fails
+ * for an ES module under Jest. The decorators wait for it instead (see `idempotencyApiDocs`).
+ */
+const swaggerLoading: Promise<Swagger | undefined> = importOptional<Swagger>('@nestjs/swagger');
+// A broken install is reported by whenApiDocsApplied(), which the module awaits at startup.
+swaggerLoading.catch(() => undefined);
 
-/** The RFC 9457 body of every problem the idempotency layer answers (CONTRACT B.11). */
+/**
+ * Resolves once every `@Idempotent()` route declared so far carries its OpenAPI decorators;
+ * rejects when `@nestjs/swagger` is installed but fails to load. `IdempotencyModule` awaits it
+ * while the application is created, so documents built afterwards see the decorators. @internal
+ */
+export function whenApiDocsApplied(): Promise<void> {
+  // Reactions run in the order they were registered: every pending decoration runs first.
+  return swaggerLoading.then(() => undefined);
+}
+
+/** Makes the application's creation wait for `whenApiDocsApplied()`. @internal */
+export const apiDocsProvider: FactoryProvider<void> = {
+  provide: Symbol('idempotency:api-docs-applied'),
+  useFactory: whenApiDocsApplied,
+};
+
+/** The RFC 9457 body of every problem the idempotency layer answers (docs/contract.md B.11). */
 const PROBLEM_SCHEMA = {
   type: 'object',
   required: ['type', 'title', 'status'] as string[],
@@ -43,10 +66,24 @@ const DEFAULT_MAX_KEY_LENGTH = 255;
  * `Idempotency-Key` header (required when the route says so) and the problem responses the
  * layer can answer (400, 409, the mismatch status, 503), merged with the route's own responses
  * of the same status. Swagger drops a route's implicit success response once any response is
- * declared, so it is declared too when the route declares no 2xx itself. None without Swagger.
+ * declared, so it is declared too when the route declares no 2xx itself. Nothing without Swagger.
+ *
+ * They are applied once Swagger has loaded, which is always after the class is defined: by then
+ * `@Post()` and `@HttpCode()` (usually above `@Idempotent()`, so applied after it) are readable.
  */
-export function idempotencyApiDocs(options: IdempotentOptions): Array<MethodDecorator & ClassDecorator> {
-  if (!swagger) return [];
+export function idempotencyApiDocs(options: IdempotentOptions): MethodDecorator & ClassDecorator {
+  return ((target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
+    void swaggerLoading.then(
+      (swagger) => {
+        if (!swagger) return;
+        for (const decorate of apiDocsDecorators(swagger, options)) decorate(target, key!, descriptor!);
+      },
+      () => undefined,
+    );
+  }) as MethodDecorator & ClassDecorator;
+}
+
+function apiDocsDecorators(swagger: Swagger, options: IdempotentOptions): Array<MethodDecorator & ClassDecorator> {
   const required = options.required === true;
   const maxLength = options.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH;
   const mismatchStatus = options.mismatchStatus ?? 422;
@@ -85,15 +122,11 @@ function keepSuccessResponse(sw: Swagger): MethodDecorator & ClassDecorator {
   return ((target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
     if (!descriptor || key === undefined) return;
     const handler = descriptor.value as object;
-    // `@Post()` and `@HttpCode()` usually sit above `@Idempotent()`, so they run after it: read
-    // them once the class is defined (before any document can be built).
-    queueMicrotask(() => {
-      const responses = (Reflect.getMetadata(sw.DECORATORS.API_RESPONSE, handler) ?? {}) as Record<string, unknown>;
-      if (Object.keys(responses).some((status) => status.startsWith('2'))) return;
-      const status =
-        (Reflect.getMetadata(HTTP_CODE_METADATA, handler) as number | undefined) ??
-        (Reflect.getMetadata(METHOD_METADATA, handler) === RequestMethod.POST ? 201 : 200);
-      sw.ApiResponse({ status, description: '' })(target, key, descriptor);
-    });
+    const responses = (Reflect.getMetadata(sw.DECORATORS.API_RESPONSE, handler) ?? {}) as Record<string, unknown>;
+    if (Object.keys(responses).some((status) => status.startsWith('2'))) return;
+    const status =
+      (Reflect.getMetadata(HTTP_CODE_METADATA, handler) as number | undefined) ??
+      (Reflect.getMetadata(METHOD_METADATA, handler) === RequestMethod.POST ? 201 : 200);
+    sw.ApiResponse({ status, description: '' })(target, key, descriptor);
   }) as MethodDecorator & ClassDecorator;
 }

@@ -7,7 +7,7 @@ import type { IdempotentOptions } from '../interfaces/idempotency-module-options
 
 /**
  * Makes a route (or every route of a controller) safe to retry with an `Idempotency-Key`
- * (CONTRACT B.1). Options override the module's, field by field. With `@nestjs/swagger`
+ * (docs/contract.md B.1). Options override the module's, field by field. With `@nestjs/swagger`
  * installed, it also documents the `Idempotency-Key` header and the problem responses.
  *
  * @example
@@ -21,5 +21,5 @@ export const Idempotent = (options: IdempotentOptions = {}) =>
     IdempotentRoute(options),
     UseInterceptors(IdempotencyInterceptor),
     UseFilters(IdempotencyProblemFilter),
-    ...idempotencyApiDocs(options),
+    idempotencyApiDocs(options),
   );

@@ -1,4 +1,4 @@
-import { canonicalizeJson, computeFingerprint, type FingerprintInput } from './fingerprint.js';
+import { canonicalizeJson, computeFingerprint, type FingerprintInput, type UploadedFileDigest } from './fingerprint.js';
 
 const base: FingerprintInput = {
   method: 'POST',
@@ -122,6 +122,23 @@ describe('computeFingerprint', () => {
       expect(await fp({ query: 'q=%FF' })).not.toBe(await fp({ query: 'q=%FE' }));
     });
 
+    it('B.4 rule 14: a value with an invalid escape is kept whole, as qs and Fastify keep it: to=%zz%41 differs from to=%zzA', async () => {
+      expect(await fp({ query: 'to=%zz%41' })).not.toBe(await fp({ query: 'to=%zzA' }));
+      expect(await fp({ query: 'to=%zz%41' })).toBe(await fp({ query: 'to=%zz%41' }));
+      expect(await fp({ query: 'to=%C3' })).not.toBe(await fp({ query: 'to=%c3' }));
+    });
+
+    it('B.4 rule 14: names of one root keep their order (qs nests a[b] under a); other names may move', async () => {
+      expect(await fp({ query: 'a=x&a[b]=y' })).not.toBe(await fp({ query: 'a[b]=y&a=x' }));
+      expect(await fp({ query: 'a[b]=y&z=1&a[c]=x' })).toBe(await fp({ query: 'z=1&a[b]=y&a[c]=x' }));
+    });
+
+    it('B.4 rule 14: above 1000 sequences, where parsers drop pairs by position, the raw query counts', async () => {
+      const many = Array.from({ length: 1001 }, (_, i) => `p${i}=1`);
+      expect(await fp({ query: many.join('&') })).not.toBe(await fp({ query: [...many].reverse().join('&') }));
+      expect(await fp({ query: many.join('&') })).toBe(await fp({ query: many.join('&') }));
+    });
+
     it('B.4 rule 14: empty sequences are skipped and "a" equals "a=" (WHATWG form parsing)', async () => {
       expect(await fp({ query: '&a=1&&b=2&' })).toBe(await fp({ query: 'a=1&b=2' }));
       expect(await fp({ query: 'a' })).toBe(await fp({ query: 'a=' }));
@@ -240,6 +257,16 @@ describe('computeFingerprint', () => {
       expect(await form('note=a%2Bb')).not.toBe(await form('note=a+b'));
     });
 
+    it('B.4 rule 15: a value with an invalid escape is kept whole: to=%zz%41 differs from to=%zzA', async () => {
+      expect(await form('to=%zz%41')).not.toBe(await form('to=%zzA'));
+      expect(await form('to=a+%zz')).not.toBe(await form('to=a%20%zz'));
+    });
+
+    it('B.4 rule 15: bytes that are not UTF-8 are compared as sent', async () => {
+      const bytes = (byte: number) => fp({ contentType: 'application/x-www-form-urlencoded', body: Buffer.from([0x61, 0x3d, byte]) });
+      expect(await bytes(0xff)).not.toBe(await bytes(0xfe));
+    });
+
     it('B.4 rule 15: a form body and the same text in the query are different requests', async () => {
       const inQuery = await fp({ query: 'a=1', contentType: 'application/x-www-form-urlencoded', body: undefined });
       expect(await form('a=1')).not.toBe(inQuery);
@@ -301,6 +328,62 @@ describe('computeFingerprint', () => {
       expect(await fp(truncated('a1'))).toBe(await fp(truncated('a1')));
       const noBoundary = { contentType: 'multipart/form-data', body: multipart('x', formParts).body };
       expect(await fp(noBoundary)).not.toBe(await fp({ ...noBoundary, body: multipart('y', formParts).body }));
+    });
+  });
+
+  describe('B.4 rule 15: a parsed body whose bytes are gone', () => {
+    const parsed = (fields: unknown, files?: UploadedFileDigest[]) => fp({ contentType: 'multipart/form-data; boundary=x', body: undefined, parsedBody: { fields, files } });
+    const file = (overrides: Partial<UploadedFileDigest> = {}): UploadedFileDigest => ({
+      field: 'receipt',
+      filename: 'receipt.pdf',
+      mimeType: 'application/pdf',
+      encoding: '7bit',
+      sha256: Buffer.alloc(32, 1),
+      ...overrides,
+    });
+
+    it('B.4 rule 15: member order does not matter; values, their types and array order do', async () => {
+      const value = { amount: '100', tags: ['a', 'b'], nested: { x: '1' } };
+      expect(await parsed(value)).toBe(await parsed({ nested: { x: '1' }, tags: ['a', 'b'], amount: '100' }));
+      expect(await parsed(Object.assign(Object.create(null), value))).toBe(await parsed(value));
+      expect(await parsed({ ...value, amount: 100 })).not.toBe(await parsed(value));
+      expect(await parsed({ ...value, tags: ['b', 'a'] })).not.toBe(await parsed(value));
+      expect(await parsed({ ...value, tags: 'a,b' })).not.toBe(await parsed(value));
+      expect(await parsed({ ...value, extra: undefined })).not.toBe(await parsed(value));
+      expect(await parsed({ a: null })).not.toBe(await parsed({ a: 'null' }));
+      expect(await parsed({ a: -0 })).not.toBe(await parsed({ a: 0 }));
+    });
+
+    it('B.4 rule 15: each file counts by field, filename, content type, encoding and content, in order', async () => {
+      const original = await parsed({ note: 'x' }, [file(), file({ field: 'other' })]);
+      const variants: UploadedFileDigest[][] = [
+        [file({ sha256: Buffer.alloc(32, 2) }), file({ field: 'other' })],
+        [file({ filename: 'receipt-2.pdf' }), file({ field: 'other' })],
+        [file({ filename: undefined }), file({ field: 'other' })],
+        [file({ mimeType: 'image/png' }), file({ field: 'other' })],
+        [file({ encoding: '8bit' }), file({ field: 'other' })],
+        [file({ field: 'other' }), file()],
+        [file()],
+      ];
+      const seen = new Set([original]);
+      for (const files of variants) seen.add(await parsed({ note: 'x' }, files));
+      expect(seen.size).toBe(variants.length + 1);
+      expect(await parsed({ note: 'x' })).toBe(await parsed({ note: 'x' }, []));
+    });
+
+    it('B.4 rule 15: the raw bytes win over a parsed body, and a parsed body differs from no body', async () => {
+      const raw = { contentType: 'application/x-www-form-urlencoded', body: Buffer.from('a=1') };
+      expect(await fp({ ...raw, parsedBody: { fields: { a: '2' } } })).toBe(await fp(raw));
+      expect(await fp({ body: undefined, parsedBody: { fields: {} } })).not.toBe(await fp({ body: undefined }));
+    });
+
+    it('B.4 rule 15: a value it cannot encode exactly is refused, never skipped', async () => {
+      await expect(parsed({ at: new Date(0) })).rejects.toThrow(/instance of Date cannot be fingerprinted/);
+      await expect(parsed({ run: () => 1 })).rejects.toThrow(TypeError);
+      const deep: Record<string, unknown> = {};
+      let cursor = deep;
+      for (let i = 0; i < 1100; i++) cursor = cursor.next = {} as Record<string, unknown>;
+      await expect(parsed(deep)).rejects.toThrow(/deeper than 1000 levels/);
     });
   });
 

@@ -1,9 +1,10 @@
 import { isUtf8 } from 'node:buffer';
-import { createHash, type Hash } from 'node:crypto';
-import busboy from 'busboy';
+import { createHash } from 'node:crypto';
+import { readMultipart, type MultipartPart } from './multipart-parts.js';
+import { readUrlencoded, type UrlencodedPair } from './urlencoded-pairs.js';
 
 /**
- * How `application/json` and `*\/*+json` bodies enter the fingerprint (CONTRACT B.4 rule 15).
+ * How `application/json` and `*\/*+json` bodies enter the fingerprint (docs/contract.md B.4 rule 15).
  *
  * - `lossless` (default): key order and whitespace are ignored, but number tokens are kept as
  *   written, so `1` and `1.0` differ. A false mismatch is a visible 422; a false match silently
@@ -17,7 +18,39 @@ import busboy from 'busboy';
 export type JsonFingerprintMode = 'lossless' | 'jcs' | 'raw-bytes';
 
 /**
- * The parts of a request that decide whether a retry is "the same request" (CONTRACT B.4 rule 14).
+ * A file an upload interceptor (multer's `FileInterceptor` and the like) took out of a
+ * multipart body, as it enters the fingerprint (docs/contract.md B.4 rule 15).
+ *
+ * @publicApi
+ */
+export interface UploadedFileDigest {
+  /** The form field the file was sent in. */
+  field: string;
+  /** The filename the client sent (multer's `originalname`). */
+  filename?: string;
+  /** The content type the client declared for the part. */
+  mimeType?: string;
+  /** The transfer encoding the client declared for the part (multer's `encoding`). */
+  encoding?: string;
+  /** SHA-256 of the content. */
+  sha256: Buffer;
+}
+
+/**
+ * A body whose raw bytes are gone, as the layers before the interceptor left it: the parsed
+ * fields (`request.body`) and the files an upload interceptor stored.
+ *
+ * @publicApi
+ */
+export interface ParsedRequestBody {
+  /** `request.body`: strings, numbers, booleans, null, buffers, arrays and plain objects. */
+  fields: unknown;
+  /** Uploaded files, in the order the upload interceptor lists them. @default [] */
+  files?: UploadedFileDigest[];
+}
+
+/**
+ * The parts of a request that decide whether a retry is "the same request" (docs/contract.md B.4 rule 14).
  *
  * @publicApi
  */
@@ -35,11 +68,20 @@ export interface FingerprintInput {
   /** The raw body bytes; `undefined` and an empty buffer both mean "no body". */
   body?: Buffer;
   /**
+   * The body as parsed, for a request whose raw bytes were not kept (used when `body` is empty).
+   * Only give it when it is all the handler can see of the body: a part left out is a part two
+   * requests may differ in without a 422.
+   */
+  parsedBody?: ParsedRequestBody;
+  /**
    * The configured `fingerprint.headers`, already read. Names are compared case-insensitively;
    * leave an absent header out of the list rather than passing `''`, so the two stay distinct.
    */
   headers?: Array<[name: string, value: string]>;
-  /** Identity parts moved into the fingerprint, e.g. `{ principal, operation }` with `scope: ['tenant']`. */
+  /**
+   * Identity parts moved into the fingerprint: every scope dimension that is resolved but left
+   * out of the scope, e.g. `{ tenant, operation }` with `scope: ['principal']` (docs/contract.md B.3 rule 12a).
+   */
   extra?: Record<string, string>;
   /** @default 'lossless' */
   json?: JsonFingerprintMode;
@@ -47,31 +89,37 @@ export interface FingerprintInput {
 
 const FINGERPRINT_VERSION = 'idempotency-fingerprint/v1';
 const MAX_JSON_DEPTH = 1000;
+const MAX_VALUE_DEPTH = 1000;
 
 /**
- * Computes the request fingerprint of CONTRACT B.4: SHA-256, base64url (43 characters), over an
+ * Computes the request fingerprint of docs/contract.md B.4: SHA-256, base64url (43 characters), over an
  * injective encoding of the method, route template, path parameters, query, media type essence,
  * body, configured headers and `extra`.
  *
  * Every string is length-prefixed and every list count-prefixed, in a fixed order, so no two
  * different inputs can produce the same encoding by shifting content between parts. Path
- * parameters, headers (by lower-cased name) and `extra` are sorted by name; the query and a
- * form body are percent-decoded (`+` is a space) into name/value byte strings and sorted by name
- * (bytewise) with a stable sort, so repeated values keep their order.
+ * parameters, headers (by lower-cased name) and `extra` are sorted by name. The query and a form
+ * body are read as {@link readUrlencoded} describes: decoded as the platform's parsers decode
+ * (a value with an invalid escape is kept as sent, whole), sorted by name root, repeated values
+ * in their order; above 1000 `&`-separated sequences, their raw bytes.
  *
  * The body enters by media type essence (rule 15), tagged with the form used:
  * - JSON (`application/json`, `*\/*+json`): its {@link canonicalizeJson} text in the configured
  *   mode. A body that is not valid UTF-8 JSON (including one with a byte order mark, or nested
  *   deeper than 1000 levels) is taken as raw bytes instead: such a request normally never
  *   reaches the handler, and raw bytes can only make two requests differ, never falsely match.
- * - `application/x-www-form-urlencoded`: the sorted multimap, like the query.
+ * - `application/x-www-form-urlencoded`: the pairs, like the query.
  * - `multipart/form-data`: the parts in order, each as name, filename, content type, transfer
  *   encoding and SHA-256 of the content; the boundary, preamble and epilogue are excluded, since
  *   clients pick a fresh boundary on every send. Parts busboy skips (no `form-data` disposition)
  *   are not part of it. A malformed body, or a text field whose declared charset may have lost
  *   bytes in decoding, is taken as raw bytes.
  * - anything else, and an empty body: SHA-256 of the raw bytes (so an empty body differs from `{}`).
+ * - no raw bytes but a `parsedBody`: its fields as a typed tree (object members sorted by name,
+ *   array items in order) and its files' field, filename, content type, encoding and digest.
  *
+ * @throws TypeError when `parsedBody.fields` holds a value of another kind than those listed
+ *   (a class instance, a function, a symbol) or nests deeper than 1000 levels.
  * @example
  * const fingerprint = await computeFingerprint({
  *   method: 'POST', routeTemplate: '/orders', pathParams: {}, query: req.url.split('?')[1] ?? '',
@@ -81,13 +129,13 @@ const MAX_JSON_DEPTH = 1000;
  */
 export async function computeFingerprint(input: FingerprintInput): Promise<string> {
   const mediaType = mediaTypeEssence(input.contentType);
-  const body = await readBody(mediaType, input.contentType ?? '', input.body, input.json ?? 'lossless');
+  const body = await readBody(mediaType, input.contentType ?? '', input, input.json ?? 'lossless');
 
   const out = new CanonicalEncoder(FINGERPRINT_VERSION);
   out.text(input.method);
   out.text(input.routeTemplate);
   out.textMap(input.pathParams);
-  out.bytePairs(parseFormPairs(Buffer.from(input.query, 'utf8')));
+  writeQuery(out, Buffer.from(input.query, 'utf8'));
   out.text(mediaType);
   writeBody(out, body);
   const headers = (input.headers ?? []).map(([name, value]): [string, string] => [name.toLowerCase(), value]);
@@ -122,23 +170,27 @@ export function canonicalizeJson(text: string, mode: 'lossless' | 'jcs'): string
 type BodyView =
   | { kind: 'raw'; digest: Buffer }
   | { kind: 'json'; canonical: string }
-  | { kind: 'form'; pairs: Array<[Buffer, Buffer]> }
-  | { kind: 'multipart'; parts: MultipartPart[] };
+  | { kind: 'form'; pairs: UrlencodedPair[] }
+  | { kind: 'multipart'; parts: MultipartPart[] }
+  | { kind: 'parsed'; body: ParsedRequestBody };
 
 async function readBody(
   mediaType: string,
   contentType: string,
-  body: Buffer | undefined,
+  { body, parsedBody }: FingerprintInput,
   mode: JsonFingerprintMode,
 ): Promise<BodyView> {
-  if (body === undefined || body.length === 0) return { kind: 'raw', digest: EMPTY_SHA256 };
+  if (body === undefined || body.length === 0) {
+    return parsedBody === undefined ? { kind: 'raw', digest: EMPTY_SHA256 } : { kind: 'parsed', body: parsedBody };
+  }
   if (isJsonMediaType(mediaType)) {
     if (mode !== 'raw-bytes') {
       const canonical = tryCanonicalJson(body, mode);
       if (canonical !== undefined) return { kind: 'json', canonical };
     }
   } else if (mediaType === 'application/x-www-form-urlencoded') {
-    return { kind: 'form', pairs: parseFormPairs(body) };
+    const pairs = readUrlencoded(body);
+    if (pairs !== undefined) return { kind: 'form', pairs };
   } else if (mediaType === 'multipart/form-data') {
     const parts = await readMultipart(contentType, body);
     if (parts !== undefined) return { kind: 'multipart', parts };
@@ -147,6 +199,20 @@ async function readBody(
 }
 
 const EMPTY_SHA256 = createHash('sha256').digest();
+
+/**
+ * The query as pairs (a count first), or, when only its bytes can be compared, `raw` and their
+ * digest: a count is written `<n>;` and a string `<n>:`, so the two forms cannot be confused.
+ */
+function writeQuery(out: CanonicalEncoder, query: Buffer): void {
+  const pairs = readUrlencoded(query);
+  if (pairs === undefined) {
+    out.text('raw');
+    out.bytes(createHash('sha256').update(query).digest());
+  } else {
+    out.urlencodedPairs(pairs);
+  }
+}
 
 function writeBody(out: CanonicalEncoder, body: BodyView): void {
   out.text(body.kind);
@@ -158,7 +224,7 @@ function writeBody(out: CanonicalEncoder, body: BodyView): void {
       out.text(body.canonical);
       break;
     case 'form':
-      out.bytePairs(body.pairs);
+      out.urlencodedPairs(body.pairs);
       break;
     case 'multipart':
       out.count(body.parts.length);
@@ -171,6 +237,19 @@ function writeBody(out: CanonicalEncoder, body: BodyView): void {
         out.bytes(part.digest);
       }
       break;
+    case 'parsed': {
+      out.value(body.body.fields);
+      const files = body.body.files ?? [];
+      out.count(files.length);
+      for (const file of files) {
+        out.text(file.field);
+        out.optionalText(file.filename);
+        out.optionalText(file.mimeType?.toLowerCase());
+        out.optionalText(file.encoding?.toLowerCase());
+        out.bytes(file.sha256);
+      }
+      break;
+    }
   }
 }
 
@@ -258,11 +337,64 @@ class CanonicalEncoder {
     }
   }
 
-  bytePairs(pairs: ReadonlyArray<[Buffer, Buffer]>): void {
+  /** Each name and value as its form (decoded, raw, segment) and bytes. */
+  urlencodedPairs(pairs: readonly UrlencodedPair[]): void {
     this.count(pairs.length);
-    for (const [name, value] of pairs) {
-      this.bytes(name);
+    for (const pair of pairs) {
+      for (const token of pair) {
+        this.text(token.form);
+        this.bytes(token.bytes);
+      }
+    }
+  }
+
+  /**
+   * A parsed value as a typed tree: each node is written as a one-letter type and its content,
+   * object members sorted by name (UTF-16 code units), array items in order.
+   */
+  value(value: unknown, depth = 0): void {
+    if (depth > MAX_VALUE_DEPTH) throw new TypeError(`A parsed body nested deeper than ${MAX_VALUE_DEPTH} levels cannot be fingerprinted.`);
+    switch (typeof value) {
+      case 'string':
+        this.text('s');
+        this.text(value);
+        return;
+      case 'number':
+        this.text('n');
+        this.text(Object.is(value, -0) ? '-0' : String(value));
+        return;
+      case 'bigint':
+        this.text('i');
+        this.text(String(value));
+        return;
+      case 'boolean':
+        this.text(value ? 't' : 'f');
+        return;
+      case 'undefined':
+        this.text('u');
+        return;
+    }
+    if (value === null) {
+      this.text('z');
+    } else if (Buffer.isBuffer(value)) {
+      this.text('x');
       this.bytes(value);
+    } else if (Array.isArray(value)) {
+      this.text('a');
+      this.count(value.length);
+      for (let i = 0; i < value.length; i++) this.value(value[i], depth + 1);
+    } else if (typeof value === 'object' && isPlainObject(value)) {
+      const record = value as Record<string, unknown>;
+      const names = Object.keys(record).sort();
+      this.text('o');
+      this.count(names.length);
+      for (const name of names) {
+        this.text(name);
+        this.value(record[name], depth + 1);
+      }
+    } else {
+      const kind = typeof value === 'object' ? `an instance of ${value.constructor?.name ?? 'an unknown class'}` : `a ${typeof value}`;
+      throw new TypeError(`A parsed body holding ${kind} cannot be fingerprinted: only strings, numbers, booleans, null, buffers, arrays and plain objects can.`);
     }
   }
 
@@ -272,57 +404,13 @@ class CanonicalEncoder {
 }
 
 /**
- * Parses `application/x-www-form-urlencoded` bytes as the WHATWG URL Standard does (split on
- * `&`, skip empty sequences, split at the first `=`, `+` is a space, then percent-decode) into
- * byte strings, sorted by name with a stable sort. Names stay bytes so that invalid UTF-8 is
- * compared exactly instead of collapsing into U+FFFD.
+ * A dictionary: `{}`, `Object.create(null)`, or an instance of an empty class whose prototype
+ * has no prototype (how fast-querystring, Fastify's query and form parser, builds its result).
  */
-function parseFormPairs(data: Buffer): Array<[Buffer, Buffer]> {
-  const pairs: Array<[Buffer, Buffer]> = [];
-  const n = data.length;
-  let start = 0;
-  while (start < n) {
-    let end = data.indexOf(0x26, start);
-    if (end < 0) end = n;
-    if (end > start) {
-      let equals = start;
-      while (equals < end && data[equals] !== 0x3d) equals++;
-      pairs.push(
-        equals < end
-          ? [formDecode(data, start, equals), formDecode(data, equals + 1, end)]
-          : [formDecode(data, start, end), EMPTY],
-      );
-    }
-    start = end + 1;
-  }
-  return pairs.sort((a, b) => Buffer.compare(a[0], b[0]));
-}
-
-const EMPTY = Buffer.alloc(0);
-
-function formDecode(data: Buffer, from: number, to: number): Buffer {
-  let plain = true;
-  for (let i = from; i < to; i++) {
-    if (data[i] === 0x25 || data[i] === 0x2b) {
-      plain = false;
-      break;
-    }
-  }
-  if (plain) return data.subarray(from, to);
-  const out = Buffer.allocUnsafe(to - from);
-  let o = 0;
-  for (let i = from; i < to; i++) {
-    const c = data[i];
-    if (c === 0x2b) {
-      out[o++] = 0x20;
-    } else if (c === 0x25 && i + 2 < to && hexValue(data[i + 1]) >= 0 && hexValue(data[i + 2]) >= 0) {
-      out[o++] = (hexValue(data[i + 1]) << 4) | hexValue(data[i + 2]);
-      i += 2;
-    } else {
-      out[o++] = c;
-    }
-  }
-  return out.subarray(0, o);
+function isPlainObject(value: object): boolean {
+  const prototype = Object.getPrototypeOf(value);
+  if (prototype === null || prototype === Object.prototype) return true;
+  return Object.getPrototypeOf(prototype) === null && Object.getOwnPropertyNames(prototype).length === 0;
 }
 
 function hexValue(c: number): number {
@@ -330,80 +418,6 @@ function hexValue(c: number): number {
   if (c >= 0x41 && c <= 0x46) return c - 0x37;
   if (c >= 0x61 && c <= 0x66) return c - 0x57;
   return -1;
-}
-
-interface MultipartPart {
-  kind: 'field' | 'file';
-  name: string | undefined;
-  filename: string | undefined;
-  mimeType: string;
-  encoding: string;
-  /** SHA-256 of the content, set once the parser has closed. */
-  digest: Buffer;
-}
-
-const UNLIMITED = {
-  fieldNameSize: Infinity,
-  fieldSize: Infinity,
-  fields: Infinity,
-  fileSize: Infinity,
-  files: Infinity,
-  parts: Infinity,
-};
-
-/**
- * Reads a multipart body part by part with busboy, hashing each part's content, or returns
- * `undefined` when it cannot be read exactly (malformed, a limit hit, or a field whose charset
- * decoding replaced bytes).
- * Fields default to latin1, which maps bytes to characters one to one, so their content is
- * exact unless the part declares another charset; `preservePath` keeps directory names in
- * filenames, which busboy would otherwise strip.
- */
-function readMultipart(contentType: string, body: Buffer): Promise<MultipartPart[] | undefined> {
-  return new Promise((resolve) => {
-    const parts: Array<[MultipartPart, Hash]> = [];
-    let lossy = false;
-    let settled = false;
-    const settle = (ok: boolean): void => {
-      if (settled) return;
-      settled = true;
-      resolve(ok && !lossy ? parts.map(([part, content]) => ({ ...part, digest: content.digest() })) : undefined);
-    };
-    let parser: busboy.Busboy;
-    try {
-      parser = busboy({
-        headers: { 'content-type': contentType },
-        preservePath: true,
-        defCharset: 'latin1',
-        limits: UNLIMITED,
-      });
-    } catch {
-      settle(false);
-      return;
-    }
-    parser.on('file', (name, stream, info) => {
-      const content = createHash('sha256');
-      const { filename, mimeType, encoding } = info;
-      parts.push([{ kind: 'file', name, filename, mimeType, encoding, digest: EMPTY }, content]);
-      stream.on('data', (chunk: Buffer) => content.update(chunk));
-      stream.on('limit', () => (lossy = true));
-      stream.on('error', () => settle(false));
-    });
-    parser.on('field', (name, value: string | undefined, info) => {
-      if (value === undefined || info.nameTruncated || info.valueTruncated || value.includes('\uFFFD')) lossy = true;
-      const content = createHash('sha256').update(Buffer.from(value ?? '', 'utf16le'));
-      const { mimeType, encoding } = info;
-      parts.push([{ kind: 'field', name, filename: undefined, mimeType, encoding, digest: EMPTY }, content]);
-    });
-    for (const limit of ['partsLimit', 'filesLimit', 'fieldsLimit'] as const) parser.on(limit, () => (lossy = true));
-    parser.on('error', () => settle(false));
-    parser.on('close', () => settle(true));
-    try {
-      parser.end(body);
-    } catch {
-      settle(false);
-    }
-  });
 }
 
 const QUOTE = 0x22;

@@ -38,7 +38,7 @@ export class IdempotencyContextRef {
   /**
    * A key for a downstream system (a payment provider, another idempotent API), stable across
    * retries of the same request and distinct per `name`, so the downstream call deduplicates
-   * even when this handler runs again after a crash (CONTRACT B.7 rule 17).
+   * even when this handler runs again after a crash (docs/contract.md B.7 rule 17).
    */
   derivedKey(name: string): string {
     return derivedKey(this.claim.scoped, name);
@@ -46,7 +46,7 @@ export class IdempotencyContextRef {
 
   /**
    * On a `transactional` route, the ORM handle of the transaction the engine opened around the
-   * handler (a TypeORM `EntityManager` with `@app/idempotency/typeorm`). Write the business rows
+   * handler (a TypeORM `EntityManager` with `nestjs-idempotency/typeorm`). Write the business rows
    * through it: they commit together with the completed idempotency record, or not at all.
    *
    * @example const manager = idem.getManager<EntityManager>(); await manager.save(order);
@@ -69,7 +69,7 @@ export class IdempotencyContextRef {
     this.transactionManager = manager ?? undefined;
   }
 
-  /** Forces what becomes of this response: `store` or `release` (CONTRACT B.7 rule 19). */
+  /** Forces what becomes of this response: `store` or `release` (docs/contract.md B.7 rule 19). */
   setOutcome(outcome: OutcomeOverride): void {
     this.forcedOutcome = outcome;
   }

@@ -1,7 +1,7 @@
 import { isUtf8 } from 'node:buffer';
 
 /**
- * How the `Idempotency-Key` field value is read (CONTRACT B.2 rule 5).
+ * How the `Idempotency-Key` field value is read (docs/contract.md B.2 rule 5).
  *
  * - `compat` (default): a quoted RFC 9651 String, or else the bare value as sent. Stripe-,
  *   Adyen- and Telnyx-style clients send bare tokens while the IETF draft and Firefox send
@@ -13,7 +13,7 @@ import { isUtf8 } from 'node:buffer';
 export type KeySyntax = 'compat' | 'sf-string';
 
 /**
- * The constraints a received key must meet (CONTRACT B.2 rules 5 and 6).
+ * The constraints a received key must meet (docs/contract.md B.2 rules 5 and 6).
  *
  * @publicApi
  */
@@ -33,7 +33,7 @@ export interface KeyRules {
 
 /**
  * Why a key is rejected; it becomes the `reason` member of the `idempotency-key-invalid`
- * problem (CONTRACT B.11), so clients can tell a format error from a length error.
+ * problem (docs/contract.md B.11), so clients can tell a format error from a length error.
  *
  * - `syntax`: the value is malformed: not an RFC 9651 String Item, and (in `compat` mode) not
  *   a bare value of `%x21-7E` without `"`, `\` and `,` either. Several field lines always
@@ -48,7 +48,7 @@ export type InvalidKeyReason = 'syntax' | 'empty' | 'too_long' | 'too_short' | '
 
 /**
  * The outcome of reading the field: absent, a usable key, or a rejection that the caller must
- * turn into a 400 before any store access (CONTRACT B.2 rule 7).
+ * turn into a 400 before any store access (docs/contract.md B.2 rule 7).
  *
  * @publicApi
  */
@@ -111,7 +111,7 @@ const CLASSES = (() => {
 const is = (code: number, flag: number): boolean => code < 128 && (CLASSES[code] & flag) !== 0;
 
 /**
- * Reads an `Idempotency-Key` field into a key or a precise rejection (CONTRACT B.2 rules 4–7).
+ * Reads an `Idempotency-Key` field into a key or a precise rejection (docs/contract.md B.2 rules 4–7).
  *
  * Each field line is OWS-trimmed (HTTP strips it from field values) and several lines are
  * combined with `", "` (RFC 9651 §4.2) before parsing, so a key sent twice is a `syntax` error

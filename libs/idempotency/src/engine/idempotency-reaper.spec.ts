@@ -42,6 +42,12 @@ describe('IdempotencyReaper', () => {
     expect(store.calls).toHaveLength(1);
   });
 
+  it("without a time, leaves expiry to the store's clock (the database's), not this host's", async () => {
+    const store = new CountingStore(3);
+    expect(await new IdempotencyReaper({ reaper: { batchSize: 10 } }, store).sweep()).toBe(3);
+    expect(store.calls).toEqual([[10, undefined]]);
+  });
+
   it('does nothing without a durable store', async () => {
     expect(await new IdempotencyReaper({ reaper: {} }, null).sweep()).toBe(0);
   });

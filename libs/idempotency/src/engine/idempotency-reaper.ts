@@ -10,7 +10,7 @@ const MAX_BATCHES_PER_SWEEP = 100;
 
 /**
  * Deletes expired durable records in batches (DESIGN "Operations"). Expiry is enforced on read
- * anyway (CONTRACT B.10 rule 30): the reaper only reclaims space. Safe on many instances: the
+ * anyway (docs/contract.md B.10 rule 30): the reaper only reclaims space. Safe on many instances: the
  * store's `deleteExpired` skips rows another instance is deleting. Enabled by the module's
  * `reaper` option; `sweep()` can also be called from your own scheduler.
  *
@@ -41,13 +41,16 @@ export class IdempotencyReaper implements OnApplicationBootstrap, OnApplicationS
     await this.running?.catch(() => undefined);
   }
 
-  /** Deletes expired records until a batch comes back short; returns how many it deleted. */
-  sweep(nowMs: number = Date.now()): Promise<number> {
+  /**
+   * Deletes expired records until a batch comes back short; returns how many it deleted. Without
+   * `nowMs`, expiry is judged by the durable store's (the database's) clock, not this host's.
+   */
+  sweep(nowMs?: number): Promise<number> {
     this.running ??= this.sweepBatches(nowMs).finally(() => (this.running = undefined));
     return this.running;
   }
 
-  private async sweepBatches(nowMs: number): Promise<number> {
+  private async sweepBatches(nowMs: number | undefined): Promise<number> {
     const store = this.durableStore;
     if (!store) return 0;
     const batchSize = (this.options.reaper || undefined)?.batchSize ?? DEFAULT_BATCH_SIZE;

@@ -352,7 +352,7 @@ export class IdempotencyService implements OnApplicationShutdown {
   }
 
   /**
-   * Runs a claimed request to its end: the handler, then its response's outcome (CONTRACT B.7).
+   * Runs a claimed request to its end: the handler, then its response's outcome (docs/contract.md B.7).
    * On `transactional` routes the handler runs inside a durable-store transaction and the
    * completed record commits in it; a failed or released outcome rolls the business writes back.
    * Never rejects: a store failure after the handler ran is logged, and the response stands
@@ -381,7 +381,7 @@ export class IdempotencyService implements OnApplicationShutdown {
 
   /**
    * Ends a claim with the handler's response: stores it (later retries replay it) or releases
-   * the key, as the outcome policy and `override` decide (CONTRACT B.7). Fenced: a claim that
+   * the key, as the outcome policy and `override` decide (docs/contract.md B.7). Fenced: a claim that
    * lost its record writes nothing and returns `lost`. On durable routes the durable store
    * decides, and the fast tier follows.
    */
@@ -437,7 +437,7 @@ export class IdempotencyService implements OnApplicationShutdown {
         } catch (error) {
           // The function ran and its effect stands; only its result cannot be kept. The key is
           // completed without it at once (retries get `replay-unavailable`, nothing runs twice),
-          // instead of staying claimed and renewed while the process lives (CONTRACT B.7 rule 17a).
+          // instead of staying claimed and renewed while the process lives (docs/contract.md B.7 rule 17a).
           unencodable = error;
           return unencodableRunValue();
         }
@@ -502,7 +502,7 @@ export class IdempotencyService implements OnApplicationShutdown {
         const ran = execution.run(transaction.manager).then((value) => (outcome = value));
         response = await execution.response(ran);
         await ran;
-        // Committed ⇔ completed (CONTRACT B.7 rule 17a): whatever frees the key, a failure or a
+        // Committed ⇔ completed (docs/contract.md B.7 rule 17a): whatever frees the key, a failure or a
         // success the policy does not keep, rolls the handler's writes back with it.
         if (!response || !outcome!.ok) throw ROLLBACK;
         if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
@@ -549,7 +549,7 @@ export class IdempotencyService implements OnApplicationShutdown {
     claimRequest: ClaimRequest,
     afterTakeover = false,
   ): Promise<BeginResult> {
-    // A mismatch beats in-progress: waiting would not help the client (CONTRACT B.5 step 5.3).
+    // A mismatch beats in-progress: waiting would not help the client (docs/contract.md B.5 step 5.3).
     if (record.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
     if (record.state === 'completed') return this.replayOf(request.scoped.id, record);
     if (record.leaseExpiresAtMs > nowMs || afterTakeover) {
@@ -786,6 +786,20 @@ export class IdempotencyService implements OnApplicationShutdown {
       if (error instanceof IdempotencyRecordUnreadableError) this.telemetry.unreadableRecord(id, error.message);
       throw error;
     }
+  }
+
+  /**
+   * The policy `run()` applies for `options` (over the module's options and the defaults),
+   * checked: a value no store can hold, or a durable policy without a durable store, throws
+   * `IdempotencyConfigurationError` naming the option. Message adapters call it when they are
+   * set up, so a bad configuration stops the application at startup, not at its first message.
+   */
+  policyFor(options?: IdempotentOptions): ResolvedPolicy {
+    const policy = resolvePolicy(this.settings.policyOptions, options);
+    if (policy.durable && !this.durableStore) {
+      throw new IdempotencyConfigurationError('durable and transactional need a durable store: pass `durableStore` to IdempotencyModule.');
+    }
+    return policy;
   }
 
   private durable(): DurableIdempotencyStore {

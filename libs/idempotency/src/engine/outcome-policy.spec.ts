@@ -2,7 +2,7 @@ import { decideOutcome } from './outcome-policy.js';
 
 const defaults = { storeServerErrors: false, storeClientErrors: true };
 
-describe('decideOutcome (CONTRACT B.7)', () => {
+describe('decideOutcome (docs/contract.md B.7)', () => {
   it.each([200, 201, 204, 301, 303])('rule 17: stores a %i', (status) => {
     expect(decideOutcome(status, defaults)).toBe('store');
   });

@@ -8,7 +8,7 @@ let poolOffset = pool.length;
 /**
  * Creates the random token that fences one claim of a record: every later write (complete,
  * release, lease renewal) must present it, so a zombie handler whose lease was taken over can
- * never overwrite the new owner's result (CONTRACT B.9 rule 27). 128 bits from the CSPRNG make
+ * never overwrite the new owner's result (docs/contract.md B.9 rule 27). 128 bits from the CSPRNG make
  * a guess or a collision between two claims practically impossible.
  *
  * @returns 22 base64url characters (16 random bytes, unpadded).

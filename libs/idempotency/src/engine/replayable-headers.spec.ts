@@ -1,6 +1,6 @@
 import { replayableHeaders } from './replayable-headers.js';
 
-describe('replayableHeaders (CONTRACT B.8)', () => {
+describe('replayableHeaders (docs/contract.md B.8)', () => {
   const own = new Set(['idempotency-key', 'idempotent-replayed']);
 
   it('rule 21 (our addition): drops the CORS response headers, which the CORS layer computes for each request', () => {

@@ -1,5 +1,5 @@
 /**
- * Response headers that are never stored nor replayed (CONTRACT B.8 rule 21): hop-by-hop
+ * Response headers that are never stored nor replayed (docs/contract.md B.8 rule 21): hop-by-hop
  * headers, `Date` and `Content-Length` (regenerated), `Set-Cookie` (security state), and
  * per-request telemetry. The library's own headers are removed by the caller, which knows
  * the configured names. CORS response headers (`Access-Control-*`) are per request too: the

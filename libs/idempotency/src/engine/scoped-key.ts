@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /**
- * A dimension a key can be made unique within (CONTRACT B.3 rule 10).
+ * A dimension a key can be made unique within (docs/contract.md B.3 rule 10).
  *
  * @publicApi
  */
@@ -10,7 +10,7 @@ export type ScopeDimension = 'tenant' | 'principal' | 'operation';
 /**
  * Everything that may identify a record. Dimensions left out of the configured scope are
  * ignored here (with `scope: ['tenant']` the principal and operation go into the fingerprint
- * instead, CONTRACT B.3 rule 12).
+ * instead, docs/contract.md B.3 rule 12).
  *
  * @publicApi
  */
@@ -52,7 +52,7 @@ export interface ScopedKey {
 /**
  * The scope could not be resolved for a request, e.g. no tenant on a route whose scope includes
  * `tenant`. Falling back to a shared namespace would let one caller replay another's response,
- * so the request fails instead (CONTRACT B.3 rule 13).
+ * so the request fails instead (docs/contract.md B.3 rule 13).
  *
  * @publicApi
  */
@@ -74,7 +74,7 @@ const DERIVED_VERSION = 'v1-derived';
 const ID_HEX_CHARS = 32;
 
 /**
- * Builds the identity of the record a key names (CONTRACT B.3). The canonical string is a JSON
+ * Builds the identity of the record a key names (docs/contract.md B.3). The canonical string is a JSON
  * array, `["v1", [dimension, value]..., ["key", key]]`, with the scoped dimensions in a fixed
  * order: JSON string escaping makes the encoding injective (no value can imitate a separator),
  * naming each dimension keeps a tenant `x` apart from a principal `x`, and the version lets a
@@ -124,7 +124,7 @@ export function buildScopedKey(parts: ScopeParts, scope: readonly ScopeDimension
 /**
  * A deterministic idempotency key for a downstream call (a payment provider, another service),
  * so a handler that is re-executed after a 5xx or a takeover sends the provider the same key
- * and the side effect happens once (CONTRACT B.7 rule 17, brandur's derived keys).
+ * and the side effect happens once (docs/contract.md B.7 rule 17, brandur's derived keys).
  *
  * The key is `idk_` + base64url SHA-256 of a versioned encoding of the scoped identity and
  * `name`: stable across retries and processes, different per `name` (one per downstream call),

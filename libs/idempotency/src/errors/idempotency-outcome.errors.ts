@@ -2,7 +2,7 @@ import { HttpException } from '@nestjs/common';
 
 /**
  * Throw from a handler to answer with this error AND store it as the final, replayable result
- * of the key, whatever the outcome policy says of its status (CONTRACT B.7 rule 19).
+ * of the key, whatever the outcome policy says of its status (docs/contract.md B.7 rule 19).
  *
  * @example throw new IdempotencyFinalError({ type: '...', title: 'Card declined', status: 402 }, 402);
  * @publicApi
@@ -13,7 +13,7 @@ export class IdempotencyFinalError extends HttpException {
 
 /**
  * Throw from a handler to answer with this error and RELEASE the key, so a retry with the same
- * key runs the handler again (Adyen's transient flag, CONTRACT B.7 rule 19).
+ * key runs the handler again (Adyen's transient flag, docs/contract.md B.7 rule 19).
  *
  * @example throw new IdempotencyTransientError({ title: 'Upstream busy' }, 503);
  * @publicApi

@@ -2,7 +2,7 @@ import { HttpException } from '@nestjs/common';
 
 /**
  * An RFC 9457 problem body. `type` is the primary identifier; `code` is the stable snake_case
- * id for clients that prefer codes (CONTRACT B.11).
+ * id for clients that prefer codes (docs/contract.md B.11).
  *
  * @publicApi
  */
@@ -16,9 +16,11 @@ export interface ProblemDetails {
 }
 
 /**
- * The problem kinds of CONTRACT B.11, plus `idempotency-scope-unresolved` (rule 13),
+ * The problem kinds of docs/contract.md B.11, plus `idempotency-scope-unresolved` (rule 13),
  * `idempotency-request-too-large` (413: the body to fingerprint exceeds `maxFingerprintedBodyBytes`)
  * and `idempotency-record-unreadable` (500: a stored response that does not decrypt; fails closed).
+ *
+ * @publicApi
  */
 export type IdempotencyProblemKind =
   | 'idempotency-key-missing'
@@ -61,7 +63,7 @@ const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; 
   'idempotency-replay-unavailable': {
     status: 409,
     title: 'Original response cannot be replayed',
-    detail: 'The request with this Idempotency-Key was completed, but its response was too large or streamed and was not stored. Do not retry: look the result up instead.',
+    detail: 'The request with this Idempotency-Key was completed, but its response could not be stored (too large, streamed, or never rendered). Do not retry: look the result up instead.',
   },
   'idempotency-outcome-unknown': {
     status: 500,

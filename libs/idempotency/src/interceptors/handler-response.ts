@@ -14,7 +14,7 @@ export interface RouteResponseState {
 
 /**
  * The handler's own result as the route would have sent it when no response written after the
- * handler can be trusted to be its own (CONTRACT B.7 rule 17a): an outer layer answered first,
+ * handler can be trusted to be its own (docs/contract.md B.7 rule 17a): an outer layer answered first,
  * the client went away, or an outer layer turned the result into something else.
  *
  * - a value: the route's status and headers, the body serialised as Nest's platform adapters do

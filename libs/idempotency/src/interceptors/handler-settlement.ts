@@ -9,7 +9,7 @@ import type { CapturedResponse } from './response-capture.js';
  */
 const handlerFlow = new AsyncLocalStorage<object>();
 
-/** How a write to the response relates to the handler (CONTRACT B.7 rule 17a). */
+/** How a write to the response relates to the handler (docs/contract.md B.7 rule 17a). */
 export type WriteOrigin =
   /** Written from the handler's own flow: its own response (`@Res()` routes). */
   | 'handler'

@@ -1,4 +1,4 @@
-import { ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import {
   Inject,
@@ -13,7 +13,7 @@ import { createHash } from 'node:crypto';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { from, lastValueFrom, of, type Observable } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
-import { computeFingerprint } from '../engine/fingerprint.js';
+import { computeFingerprint, type ParsedRequestBody } from '../engine/fingerprint.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
 import {
@@ -32,6 +32,10 @@ import {
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.errors.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
+import { readVisibleBody, RequestBodyNotVisibleError, type BodyCarrier, type VisibleBody } from '../http/request-body.js';
+import { UnreadBodyTooLargeError } from '../http/unread-body.js';
+import { UploadedFileNotVisibleError } from '../http/uploaded-files.js';
 import type { OutcomeOverride } from '../engine/outcome-policy.js';
 import { IDEMPOTENCY_KEY_HEADER, PROBLEM_CONTENT_TYPE } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
@@ -84,12 +88,12 @@ export interface ResolvedScope {
   operation: string;
   /** The resolved tenant, if any: for logs and spans. */
   tenant?: string;
-  /** Dimensions left out of the identity, compared through the fingerprint (CONTRACT B.3 rule 12). */
+  /** Dimensions left out of the identity, compared through the fingerprint (docs/contract.md B.3 rule 12). */
   fingerprintExtras: Record<string, string>;
 }
 
 /**
- * The HTTP adapter of the engine (CONTRACT B.1–B.11): reads the key, resolves the scope,
+ * The HTTP adapter of the engine (docs/contract.md B.1–B.11): reads the key, resolves the scope,
  * fingerprints the request, then replays, rejects, or runs the handler once and stores what it
  * answered. Subclass it and override the `protected` hooks to change how a request is read.
  *
@@ -168,13 +172,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  /** Parses the `Idempotency-Key` field (CONTRACT B.2). */
+  /** Parses the `Idempotency-Key` field (docs/contract.md B.2). */
   protected getKey(request: HttpRequest, policy: ResolvedPolicy): ParsedKey {
     return parseIdempotencyKey(request.headers['idempotency-key'], policy);
   }
 
   /**
-   * Resolves tenant, principal and operation into the scoped key (CONTRACT B.3). A dimension in
+   * Resolves tenant, principal and operation into the scoped key (docs/contract.md B.3). A dimension in
    * the scope that resolves to nothing falls back to `anonymousScope`, or fails with 500: never a
    * silent global namespace (rule 13).
    */
@@ -200,6 +204,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const tenant = await resolve('tenant');
     const principal = await resolve('principal');
     const fingerprintExtras: Record<string, string> = {};
+    // Every dimension resolved but left out of the identity is compared like the payload (rule 12a).
+    if (!inScope.has('tenant') && tenant !== undefined) fingerprintExtras.tenant = tenant;
     if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
     if (!inScope.has('operation')) fingerprintExtras.operation = operation;
     return {
@@ -210,7 +216,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
   }
 
-  /** The request fingerprint (CONTRACT B.4), or the route's custom function (rule 16). */
+  /** The request fingerprint (docs/contract.md B.4), or the route's custom function (rule 16). */
   protected async getFingerprint(request: HttpRequest, policy: ResolvedPolicy, scope: ResolvedScope): Promise<string> {
     const option = policy.fingerprint;
     if (typeof option === 'function') {
@@ -223,13 +229,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const url = request.originalUrl ?? request.raw?.url ?? request.url ?? '';
     const queryAt = url.indexOf('?');
     const contentType = firstHeader(request.headers['content-type']);
+    const body = await this.rawBodyOf(request, policy, scope.operation);
     return computeFingerprint({
       method: request.method.toUpperCase(),
       routeTemplate: routeTemplateOf(request),
       pathParams: { ...request.params },
       query: queryAt < 0 ? '' : url.slice(queryAt + 1),
       contentType,
-      body: this.rawBodyOf(request),
+      body: body.bytes,
+      parsedBody: body.parsed,
       headers: (option.headers ?? []).map((name) => [name, (firstHeader(request.headers[name]) ?? '')] as [string, string]),
       extra: scope.fingerprintExtras,
       json: option.json,
@@ -238,7 +246,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /**
    * Builds the replayed response: original status, stored headers and body bytes, plus a fresh
-   * `Date`, the key echo and the replay marker (CONTRACT B.6, B.8). Override it to change what a
+   * `Date`, the key echo and the replay marker (docs/contract.md B.6, B.8). Override it to change what a
    * replay sends; by default the stored bytes are written without building a `Response`.
    */
   protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
@@ -330,7 +338,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (own) return this.toStored(own, ownHeaders);
       if (settlement.answeredEarly && handlerWrites && (outcome.ok || isHeadersSentError(outcome.error))) {
         // A `@Res()` handler whose response an outer layer pre-empted: what it did stands, but
-        // there are no bytes of its own to replay (CONTRACT B.7 rule 17a, last case).
+        // there are no bytes of its own to replay (docs/contract.md B.7 rule 17a, last case).
         return this.toStored({ ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true }, ownHeaders);
       }
       const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
@@ -351,7 +359,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
               (value): HandlerOutcome => ({ ok: true, value }),
               (error: unknown): HandlerOutcome => ({ ok: false, error }),
             );
-          if (!settlement.answeredEarly) routeAtSettlement = routeResponseState(response, raw);
+          routeAtSettlement = settlement.answeredEarly
+            ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
+              { ...routeResponseState(response, raw, true), statusCode: routeAtStart.statusCode }
+            : routeResponseState(response, raw);
           settlement.settle(outcome);
           handled.resolve(outcome);
           return outcome;
@@ -375,6 +386,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
           const kind = result.reason === 'lost' ? 'idempotency-request-in-progress' : 'idempotency-store-unavailable';
           handled.resolve({ ok: false, error: this.problem(kind, { echo, retryAfterSeconds: result.retryAfterSeconds }) });
         }
+      })
+      .catch((error: unknown) => {
+        // The engine freed the claim; whatever was written must still reach the client.
+        this.logger.error(`the outcome of a request could not be recorded: ${String(error)}`);
+        executed.resolve({ kind: 'sent' });
+        handled.resolve({ ok: false, error });
       });
     return from(
       handled.promise.then((outcome) => {
@@ -407,18 +424,41 @@ export class IdempotencyInterceptor implements NestInterceptor {
       : { statusCode: captured.statusCode, headers, body: captured.body };
   }
 
-  private rawBodyOf(request: HttpRequest): Buffer | undefined {
-    if (Buffer.isBuffer(request.rawBody)) return request.rawBody;
-    const { body } = request;
-    if (body === undefined || body === null) return undefined;
-    if (!this.warnedNoRawBody) {
+  /**
+   * What the fingerprint sees of the body (docs/contract.md B.4 rule 15): the raw bytes where they can
+   * be had (kept by the platform, or read here before any other layer and put back), else what
+   * an upload interceptor or the platform parsed. A body it cannot see fails the request with a
+   * configuration error instead of being fingerprinted in part.
+   */
+  private async rawBodyOf(
+    request: HttpRequest,
+    policy: ResolvedPolicy,
+    operation: string,
+  ): Promise<{ bytes?: Buffer; parsed?: ParsedRequestBody }> {
+    let visible: VisibleBody;
+    try {
+      visible = await readVisibleBody(request as unknown as BodyCarrier, policy.maxFingerprintedBodyBytes);
+    } catch (error) {
+      if (error instanceof UnreadBodyTooLargeError) {
+        const echo = policy.echoKey ? this.receivedKey(request) : undefined;
+        throw this.problem('idempotency-request-too-large', { echo, extensions: { maxBytes: policy.maxFingerprintedBodyBytes } });
+      }
+      if (!(error instanceof RequestBodyNotVisibleError || error instanceof UploadedFileNotVisibleError)) throw error;
+      const message =
+        `@Idempotent() ${operation}: the request body cannot be fingerprinted: ${error.message}. ` +
+        'Let the idempotency interceptor read the body first (write @Idempotent() below that layer\'s @UseInterceptors()), ' +
+        'create the app with NestFactory.create(AppModule, { rawBody: true }), store uploads in memory or on disk, ' +
+        'or give the route a fingerprint function.';
+      this.logger.error(message);
+      throw new IdempotencyConfigurationError(message);
+    }
+    if (visible.source === 'parsed' && !this.warnedNoRawBody) {
       this.warnedNoRawBody = true;
       this.logger.warn(
         'request.rawBody is missing: fingerprints fall back to the parsed body, which loses number spelling (1 vs 1.0). Create the app with NestFactory.create(AppModule, { rawBody: true }).',
       );
     }
-    if (Buffer.isBuffer(body)) return body;
-    return Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
+    return { bytes: visible.bytes, parsed: visible.parsed };
   }
 
   private routeOf(context: ExecutionContext): RouteState | null {
@@ -444,7 +484,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
   }
 
-  /** The received field value, verbatim, for the echo (CONTRACT B.6). */
+  /** The received field value, verbatim, for the echo (docs/contract.md B.6). */
   private receivedKey(request: HttpRequest): string {
     const value = request.headers['idempotency-key'];
     return Array.isArray(value) ? value.join(', ') : (value ?? '');
@@ -481,7 +521,7 @@ function hasNullBody(status: number): boolean {
 }
 
 /**
- * The headers of a replay (CONTRACT B.6, B.8), names lower-cased and repeated values joined as a
+ * The headers of a replay (docs/contract.md B.6, B.8), names lower-cased and repeated values joined as a
  * Web `Headers` joins them: the stored ones, a fresh `Content-Length`, the key echo and the
  * replay marker.
  */
@@ -497,19 +537,29 @@ function replayedHeaders(stored: StoredResponse, policy: ResolvedPolicy, echo: s
   return headers;
 }
 
-/** True when the handler has a `@Res()` or `@Next()` parameter: it may write the response itself. */
+/**
+ * True when the handler takes the response over (`@Res()` without passthrough, or `@Next()`): it
+ * writes the answer itself. A passthrough handler returns its result for Nest to write.
+ */
 function takesResponse(context: ExecutionContext): boolean {
-  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), context.getHandler().name);
+  const controller = context.getClass();
+  const method = context.getHandler().name;
+  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method);
+  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method) === true;
   return Object.keys(args ?? {}).some((key) => {
     const type = Number(key.split(':')[0]);
-    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+    return type === RouteParamtypes.NEXT || (type === RouteParamtypes.RESPONSE && !passthrough);
   });
 }
 
-/** The status and headers the response carries now, for rendering the handler's outcome. */
-function routeResponseState(response: HttpResponse, raw: ServerResponse): RouteResponseState {
+/**
+ * The status and headers the response carries now, for rendering the handler's outcome; without
+ * the `Content-*` headers when another answer has been written over them.
+ */
+function routeResponseState(response: HttpResponse, raw: ServerResponse, withoutRepresentation = false): RouteResponseState {
   const reply = response as { getHeaders?: () => OutgoingHttpHeaders };
-  const headers = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  let headers: OutgoingHttpHeaders = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  if (withoutRepresentation) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-/i.test(name)));
   return { statusCode: raw.statusCode, headers, platform: response.raw ? 'fastify' : 'express' };
 }
 

@@ -19,7 +19,7 @@ export type IdempotencyHttpRequest = {
 
 /**
  * Returns the tenant, the principal or an anonymous bucket of a request. `undefined` means
- * "cannot be resolved": a protected request then fails with 500 (CONTRACT B.3 rule 13), it never
+ * "cannot be resolved": a protected request then fails with 500 (docs/contract.md B.3 rule 13), it never
  * falls back to a global namespace.
  *
  * @publicApi
@@ -27,7 +27,7 @@ export type IdempotencyHttpRequest = {
 export type ScopeResolver = (request: IdempotencyHttpRequest) => string | undefined | Promise<string | undefined>;
 
 /**
- * How the request fingerprint is computed (CONTRACT B.4): the built-in canonical fingerprint
+ * How the request fingerprint is computed (docs/contract.md B.4): the built-in canonical fingerprint
  * with these settings, or a function that replaces it (rule 16).
  *
  * @publicApi
@@ -42,7 +42,7 @@ export type FingerprintOption =
   | ((request: IdempotencyHttpRequest) => string | Buffer);
 
 /**
- * What a duplicate does while the original is still running (CONTRACT B.9 rule 26).
+ * What a duplicate does while the original is still running (docs/contract.md B.9 rule 26).
  *
  * @publicApi
  */
@@ -58,7 +58,7 @@ export interface InProgressOptions {
 }
 
 /**
- * The replay marker (CONTRACT B.6).
+ * The replay marker (docs/contract.md B.6).
  *
  * @publicApi
  */
@@ -73,7 +73,7 @@ export interface ReplayHeaderOptions {
 
 /**
  * The part of the policy that a route may override with `@Idempotent({...})`. Every field
- * defaults to the module's value, which defaults to what is documented here (CONTRACT B.12).
+ * defaults to the module's value, which defaults to what is documented here (docs/contract.md B.12).
  *
  * @publicApi
  */

@@ -14,7 +14,7 @@ export type IdempotencyRecordState = 'in_progress' | 'completed';
 export interface StoredResponse {
   /** HTTP status code (or, for non-HTTP callers, 200 for success). */
   statusCode: number;
-  /** Replayable headers, names lower-cased (the denylist of CONTRACT B.8 is already applied). */
+  /** Replayable headers, names lower-cased (the denylist of docs/contract.md B.8 is already applied). */
   headers: Record<string, string | string[]>;
   /** The body bytes as sent, before content-encoding. Absent when `bodyOmitted` is true. */
   body?: Buffer;
@@ -37,7 +37,7 @@ export interface IdempotencyRecord {
   createdAtMs: number;
   /** While `in_progress`: when the owner's lease lapses unless extended. */
   leaseExpiresAtMs: number;
-  /** When the record stops existing for readers (CONTRACT B.10: expiry is enforced on read). */
+  /** When the record stops existing for readers (docs/contract.md B.10: expiry is enforced on read). */
   expiresAtMs: number;
   /** The captured response, only when `completed`. */
   response?: StoredResponse;

@@ -1,5 +1,5 @@
 /**
- * `@app/idempotency/redis`: the Redis fast tier. The only part of the library that imports
+ * `nestjs-idempotency/redis`: the Redis fast tier. The only part of the library that imports
  * `ioredis`, so an application without Redis never loads it.
  */
 export {
@@ -7,6 +7,7 @@ export {
   RedisIdempotencyStore,
   type RedisIdempotencyStoreOptions,
 } from './redis-idempotency.store.js';
+export { REDIS_STORE_SCRIPTS } from './redis-scripts.js';
 export {
   EventDeduplicator,
   type DedupStats,

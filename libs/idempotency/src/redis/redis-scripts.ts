@@ -25,7 +25,7 @@
  * | rest   | body bytes, exactly as captured; packed: headers and body compressed      |
  *
  * The key carries a Redis expiry at `expiresAtMs` (PEXPIREAT), so Redis removes records by
- * itself; the scripts still treat `expiresAtMs <= now` as absent (CONTRACT B.10 rule 30).
+ * itself; the scripts still treat `expiresAtMs <= now` as absent (docs/contract.md B.10 rule 30).
  *
  * Record reply (`<record>` below): ten elements, in this order: flags, fencingToken,
  * createdAtMs, leaseExpiresAtMs, expiresAtMs, statusCode (integers), fingerprint, ownerToken,
@@ -331,3 +331,22 @@ local deleted = redis.call('DEL', KEYS[1])
 if deleted == 1 then redis.call('PUBLISH', ARGV[2], 'released') end
 return deleted
 `;
+
+/**
+ * The Lua source of every script the Redis store runs, by store operation. ioredis sends a
+ * script's text once per connection (EVAL), then its SHA-1 (EVALSHA): hash a source to find
+ * its calls in `SLOWLOG`, `MONITOR` or a latency report.
+ *
+ * @publicApi
+ */
+export const REDIS_STORE_SCRIPTS = Object.freeze({
+  claim: CLAIM_SCRIPT,
+  takeOver: TAKE_OVER_SCRIPT,
+  complete: COMPLETE_SCRIPT,
+  release: RELEASE_SCRIPT,
+  extend: EXTEND_SCRIPT,
+  get: GET_SCRIPT,
+  restore: RESTORE_SCRIPT,
+  listInProgress: IN_PROGRESS_SCRIPT,
+  forceDelete: FORCE_DELETE_SCRIPT,
+});

@@ -19,8 +19,12 @@ export interface DurableTransaction {
  * tier"). One row per scoped key with a unique constraint on it, the same states, owner token,
  * fencing counter, lease and expiry as the fast tier (`IdempotencyRecord`).
  *
- * Clock: the durable store uses the application's clock (`Date.now()`) for leases and expiry, so
- * that one dialect-independent rule applies; keep pod clocks in sync (NTP) as usual.
+ * Clock: leases and expiry are judged by the DATABASE's clock, read in the statement that decides
+ * (as the Redis store uses Redis `TIME`), never by the application host's `Date.now()`: a node
+ * whose clock runs ahead must not see a live lease as lapsed and take over a running claim. Every
+ * time a store writes (`createdAtMs`, `leaseExpiresAtMs`, `expiresAtMs`) and every `nowMs` it
+ * returns comes from that clock; callers compare a record's times only with such a `nowMs`.
+ * (An embedded database such as sql.js lives in the process: its clock is the process clock.)
  *
  * Implementations throw `IdempotencyStoreError` (tier `durable`) when the database cannot be
  * reached or a row cannot be read; never for "already claimed" or "not the owner".
@@ -31,7 +35,8 @@ export abstract class DurableIdempotencyStore {
   /**
    * Insert-if-absent of an `in_progress` row owned by `request.ownerToken` (`INSERT ... ON
    * CONFLICT DO NOTHING` or the dialect's equivalent). An expired row (`expiresAtMs <= now`) is
-   * replaced as if absent. Otherwise returns the existing row unchanged, with `nowMs`.
+   * replaced as if absent. Otherwise returns the existing row unchanged, with `nowMs`: the
+   * database's clock it decided by.
    * `fencingToken` of the new row is 1 (or, when it replaces an expired row, that row's + 1).
    */
   abstract claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
@@ -79,13 +84,14 @@ export abstract class DurableIdempotencyStore {
   abstract transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T>;
 
   /**
-   * Deletes up to `batchSize` rows whose `expiresAtMs <= nowMs`, and returns how many it deleted.
-   * Safe to run on many instances at once (each row is deleted once; no instance waits on another).
+   * Deletes up to `batchSize` rows whose `expiresAtMs <= nowMs` (by default: the database's clock),
+   * and returns how many it deleted. Safe to run on many instances at once (each row is deleted
+   * once; no instance waits on another).
    */
   abstract deleteExpired(batchSize: number, nowMs?: number): Promise<number>;
 
   /**
-   * Up to `limit` live `in_progress` rows created at least `olderThanMs` ago (application clock),
+   * Up to `limit` live `in_progress` rows created at least `olderThanMs` ago (database clock),
    * oldest first, by an indexed query; a row the store cannot read is skipped (a `get` of it
    * reports why). For inspection (`IdempotencyAdmin`), not the request path.
    * The default reports that the store cannot list.

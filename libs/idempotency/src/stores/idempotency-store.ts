@@ -23,7 +23,7 @@ export interface ClaimRequest {
   fingerprint: string;
   /** Lease length in ms: the claim is considered dead once it lapses without an `extend`. */
   leaseMs: number;
-  /** Record lifetime in ms from the claim (CONTRACT B.10). */
+  /** Record lifetime in ms from the claim (docs/contract.md B.10). */
   ttlMs: number;
 }
 

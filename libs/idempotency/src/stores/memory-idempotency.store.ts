@@ -16,7 +16,7 @@ import {
 export interface MemoryIdempotencyStoreOptions {
   /**
    * How often expired records are removed from memory, in ms. Reads ignore an expired record
-   * whether or not it was swept yet (CONTRACT B.10 rule 30).
+   * whether or not it was swept yet (docs/contract.md B.10 rule 30).
    * @default 60_000
    */
   sweepIntervalMs?: number;
@@ -26,7 +26,7 @@ const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 
 /**
  * The fast-tier contract in one process, with `Date.now()` as its clock: for tests, development
- * and single-instance services (records do not survive a restart, CONTRACT B.10 rule 31).
+ * and single-instance services (records do not survive a restart, docs/contract.md B.10 rule 31).
  *
  * - Every operation is atomic: it runs synchronously between two awaits.
  * - Records are copied in and out: mutating a record (or its body) you passed or got back never
@@ -274,8 +274,8 @@ function copyRecord(record: IdempotencyRecord): IdempotencyRecord {
  * IdempotencyStoreError (which means "the store failed").
  */
 
-/** 100 years: longer leases and TTLs are mistakes (and must fit the Redis record's 48-bit times). */
-const MAX_DURATION_MS = 3_155_760_000_000;
+/** 100 years: longer leases and TTLs are mistakes (and must fit the Redis record's 48-bit times). @internal */
+export const MAX_DURATION_MS = 3_155_760_000_000;
 /** Epoch ms below 2^48 (the year 10889), fencing tokens below 2^32: the Redis record's field sizes. */
 const MAX_EPOCH_MS = 2 ** 48 - 1;
 const MAX_FENCING_TOKEN = 2 ** 32 - 1;

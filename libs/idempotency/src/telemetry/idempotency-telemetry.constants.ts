@@ -1,16 +1,24 @@
 /**
  * Names of the library's OpenTelemetry instruments and spans. They are part of the public
- * contract (dashboards and alerts depend on them): the README lists them, and a rename is a
+ * contract (dashboards and alerts depend on them): docs/operations.md lists them, and a rename is a
  * breaking change. The Prometheus exporter turns `idempotency.claims` into
  * `idempotency_claims_total` and `idempotency.store.duration` (seconds) into
  * `idempotency_store_duration_bucket` / `_sum` / `_count` (the unit is in `# UNIT`, not the name).
  */
 
-/** Instrumentation scope of the meter and the tracer. @publicApi */
-export const IDEMPOTENCY_INSTRUMENTATION_SCOPE = '@app/idempotency';
+import { createRequire } from 'node:module';
 
-/** Version reported with the instrumentation scope (the library's version). */
-export const INSTRUMENTATION_VERSION = '0.1.0';
+/**
+ * The library's own package.json (the same relative path from src/ and from dist/). Read with
+ * `require()`: a JSON import would need import attributes, and an awaited read a top-level await.
+ */
+const manifest = createRequire(import.meta.url)('../../package.json') as { name: string; version: string };
+
+/** Instrumentation scope of the meter and the tracer: the package name, `nestjs-idempotency`. @publicApi */
+export const IDEMPOTENCY_INSTRUMENTATION_SCOPE: string = manifest.name;
+
+/** Version reported with the instrumentation scope: the package version. */
+export const INSTRUMENTATION_VERSION: string = manifest.version;
 
 /** @publicApi */
 export const IDEMPOTENCY_METRICS = {

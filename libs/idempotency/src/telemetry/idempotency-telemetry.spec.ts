@@ -1,10 +1,11 @@
+import { readFileSync } from 'node:fs';
 import { metrics } from '@opentelemetry/api';
 import { MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { IdempotencyStore, type ClaimRequest, type ClaimResult } from '../stores/idempotency-store.js';
 import { MemoryIdempotencyStore } from '../stores/memory-idempotency.store.js';
 import { IdempotencyTelemetry } from './idempotency-telemetry.js';
-import { IDEMPOTENCY_METRICS } from './idempotency-telemetry.constants.js';
+import { IDEMPOTENCY_INSTRUMENTATION_SCOPE, IDEMPOTENCY_METRICS } from './idempotency-telemetry.constants.js';
 
 class OnDemandMetricReader extends MetricReader {
   protected async onShutdown(): Promise<void> {}
@@ -63,6 +64,18 @@ describe('IdempotencyTelemetry', () => {
     await store.get('c');
     expect(Object.values(await read(second.reader, IDEMPOTENCY_METRICS.storeDuration))).toEqual([1]);
     expect(Object.values(await read(first.reader, IDEMPOTENCY_METRICS.storeDuration))).toEqual([2]);
+  });
+
+  it("reports its instrumentation scope as the package's own name and version", async () => {
+    const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
+    const telemetry = new IdempotencyTelemetry();
+    const store = telemetry.instrumentStore(memoryStore(new MemoryIdempotencyStore()), 'fast');
+    const { reader } = register();
+    await store.get('a');
+    const { resourceMetrics } = await reader.collect();
+    const scopes = resourceMetrics.scopeMetrics.map(({ scope }) => ({ name: scope.name, version: scope.version }));
+    expect(scopes).toEqual([{ name: 'nestjs-idempotency', version: manifest.version }]);
+    expect(IDEMPOTENCY_INSTRUMENTATION_SCOPE).toBe(manifest.name);
   });
 
   it('wraps a store without changing it: instanceof, private state and unobserved members still work', async () => {

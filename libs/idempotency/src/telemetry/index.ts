@@ -1,8 +1,12 @@
-export { IdempotencyTelemetry, type TelemetryLabels } from './idempotency-telemetry.js';
+/**
+ * `nestjs-idempotency/telemetry`: the names of the OpenTelemetry instruments, spans and span
+ * attributes the library records, for dashboards and alerts. Renaming one is a breaking change.
+ *
+ * @publicApi
+ */
 export {
   IDEMPOTENCY_INSTRUMENTATION_SCOPE,
   IDEMPOTENCY_METRICS,
   IDEMPOTENCY_SPANS,
   IDEMPOTENCY_SPAN_ATTRIBUTES,
 } from './idempotency-telemetry.constants.js';
-export { formatLogLine, type LogFieldValue } from './log-line.js';

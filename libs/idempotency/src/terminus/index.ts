@@ -1,5 +1,5 @@
 /**
- * `@app/idempotency/terminus`: the health indicator for `@nestjs/terminus`. The only part of the
+ * `nestjs-idempotency/terminus`: the health indicator for `@nestjs/terminus`. The only part of the
  * library that imports Terminus, so an application without it never loads it.
  */
 export {

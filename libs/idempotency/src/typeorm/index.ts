@@ -1,5 +1,5 @@
 /**
- * `@app/idempotency/typeorm`: the durable tier on TypeORM (PostgreSQL, or sql.js when embedded).
+ * `nestjs-idempotency/typeorm`: the durable tier on TypeORM (PostgreSQL, or sql.js when embedded).
  * The only part of the library that imports `typeorm`, so an application without it never
  * loads it.
  */

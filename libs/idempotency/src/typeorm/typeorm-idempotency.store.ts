@@ -106,8 +106,24 @@ interface Statements {
 }
 
 /**
- * Writes the statements once, with PostgreSQL's `$n` placeholders; for SQLite they become `?n`
- * (numbered, so a parameter used twice or out of order binds the same value on both).
+ * The database's clock in epoch ms, one value per statement, so that leases and expiry never
+ * depend on the clocks of the application's hosts (as the Redis store uses `TIME`): a node whose
+ * clock runs ahead cannot judge a live lease dead. PostgreSQL: `statement_timestamp()` is stable
+ * within a statement and advances with each statement of a transaction (`now()` would stay at the
+ * transaction's start, so a renewal inside `transaction()` would not move the lease). SQLite:
+ * `'now'` is fixed within one step of a statement; under sql.js it is the process clock, as the
+ * database lives in the process.
+ */
+const DATABASE_NOW_MS: Record<Dialect, string> = {
+  postgres: '(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint',
+  sqlite: "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
+};
+
+/**
+ * Writes the statements once, with PostgreSQL's `$n` placeholders and `{now}` for the database's
+ * clock; for SQLite the placeholders become `?n` (numbered, so a parameter used twice or out of
+ * order binds the same value on both). Every time comparison and every time written is `{now}`
+ * (plus a duration); a statement whose caller needs the clock it decided by returns it as `now_ms`.
  */
 function statementsFor(dialect: Dialect, table: string): Statements {
   const rowLocks = dialect === 'postgres';
@@ -115,52 +131,56 @@ function statementsFor(dialect: Dialect, table: string): Statements {
     insert:
       `INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms, ` +
       'lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted) ' +
-      `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, $4, $5, $6, NULL, NULL, NULL, FALSE) ` +
+      `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
       `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`,
     replaceExpired:
       `UPDATE ${table} SET state = '${IN_PROGRESS}', fingerprint = $2, owner_token = $3, ` +
-      'fencing_token = fencing_token + 1, created_at_ms = $4, lease_expires_at_ms = $5, expires_at_ms = $6, ' +
+      'fencing_token = fencing_token + 1, created_at_ms = {now}, lease_expires_at_ms = {now} + $4, expires_at_ms = {now} + $5, ' +
       'response_status = NULL, response_headers = NULL, response_body = NULL, response_body_omitted = FALSE ' +
-      `WHERE "key" = $1 AND expires_at_ms <= $4 RETURNING ${RECORD_COLUMNS}`,
+      `WHERE "key" = $1 AND expires_at_ms <= {now} RETURNING ${RECORD_COLUMNS}`,
     takeOver:
       `UPDATE ${table} SET owner_token = $3, fingerprint = $4, fencing_token = fencing_token + 1, ` +
-      'lease_expires_at_ms = $5, expires_at_ms = $6 ' +
+      'lease_expires_at_ms = {now} + $5, expires_at_ms = {now} + $6 ' +
       `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' ` +
-      `AND lease_expires_at_ms <= $7 AND expires_at_ms > $7 RETURNING ${RECORD_COLUMNS}`,
-    select: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE "key" = $1`,
-    selectLive: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE "key" = $1 AND expires_at_ms > $2`,
+      `AND lease_expires_at_ms <= {now} AND expires_at_ms > {now} RETURNING ${RECORD_COLUMNS}`,
+    select: `SELECT ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} WHERE "key" = $1`,
+    selectLive: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE "key" = $1 AND expires_at_ms > {now}`,
     lockOwned:
       `SELECT ${RECORD_COLUMNS} FROM ${table} ` +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $3` +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}` +
       (rowLocks ? ' FOR UPDATE' : ''),
     complete:
       `UPDATE ${table} SET state = '${COMPLETED}', response_status = $3, response_headers = $4, ` +
       'response_body = $5, response_body_omitted = $6 ' +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $7`,
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
     release:
       `DELETE FROM ${table} ` +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $3`,
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
     extend:
       // A live claim outlives its TTL: the row must not expire under a running handler.
-      `UPDATE ${table} SET lease_expires_at_ms = $3, ` +
-      `expires_at_ms = CASE WHEN expires_at_ms < $3 THEN $3 ELSE expires_at_ms END ` +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > $4`,
+      `UPDATE ${table} SET lease_expires_at_ms = {now} + $3, ` +
+      'expires_at_ms = CASE WHEN expires_at_ms < {now} + $3 THEN {now} + $3 ELSE expires_at_ms END ' +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
     // SKIP LOCKED: instances reaping at once each take rows nobody else holds, and none waits
-    // for a row a live transaction() has locked.
+    // for a row a live transaction() has locked. $1 NULL: expired by the database's clock.
     deleteExpired:
-      `DELETE FROM ${table} WHERE "key" IN (SELECT "key" FROM ${table} WHERE expires_at_ms <= $1 ` +
+      `DELETE FROM ${table} WHERE "key" IN (SELECT "key" FROM ${table} ` +
+      'WHERE expires_at_ms <= COALESCE(CAST($1 AS BIGINT), {now}) ' +
       `ORDER BY expires_at_ms LIMIT $2${rowLocks ? ' FOR UPDATE SKIP LOCKED' : ''})`,
     // Served by the (state, created_at_ms) index.
     listInProgress:
-      `SELECT "key", ${RECORD_COLUMNS} FROM ${table} ` +
-      `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= $1 AND expires_at_ms > $2 ORDER BY created_at_ms LIMIT $3`,
+      `SELECT "key", ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} ` +
+      `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= {now} - $1 AND expires_at_ms > {now} ORDER BY created_at_ms LIMIT $2`,
     forceDeleteInProgress:
-      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > $2 RETURNING "key"`,
+      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
     forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
   };
-  if (dialect === 'postgres') return statements;
+  const now = DATABASE_NOW_MS[dialect];
   return Object.fromEntries(
-    Object.entries(statements).map(([name, sql]) => [name, sql.replace(/\$(\d+)/g, '?$1')]),
+    Object.entries(statements).map(([name, sql]) => {
+      const timed = sql.replaceAll('{now}', now);
+      return [name, dialect === 'postgres' ? timed : timed.replace(/\$(\d+)/g, '?$1')];
+    }),
   ) as unknown as Statements;
 }
 
@@ -207,7 +227,9 @@ class ExclusiveQueue {
  * - **SQLite (sql.js)**: there are no row locks and a single connection, so every operation runs
  *   in an exclusive section (see {@link TypeOrmIdempotencyStoreOptions.runExclusive}); an
  *   operation waits for a running `transaction()` to finish, without `lockTimeoutMs`.
- * - **Clock**: the application's (`Date.now()`), as the contract says.
+ * - **Clock**: the database's (`statement_timestamp()` on PostgreSQL, SQLite's `'now'`), read in
+ *   the statement that decides, so hosts whose clocks drift apart agree on every lease and expiry;
+ *   the `nowMs` a claim or takeover returns is that clock's.
  * - **Errors**: an unreachable database, a missing table, an uninitialized or destroyed
  *   DataSource and a row that cannot be read (unknown state, a number that is not one, headers
  *   that are not JSON) reject with `IdempotencyStoreError` (tier `durable`). Errors of `work` in
@@ -301,7 +323,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     ];
     if (transaction === undefined) {
       return this.operation('complete', async (runner) =>
-        changedOne(await this.run(runner, this.sql.complete, [...params, Date.now()])),
+        changedOne(await this.run(runner, this.sql.complete, params)),
       );
     }
     const runner = this.openTransactions.get(transaction);
@@ -311,7 +333,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       );
     }
     try {
-      return changedOne(await this.run(runner, this.sql.complete, [...params, Date.now()]));
+      return changedOne(await this.run(runner, this.sql.complete, params));
     } catch (error) {
       throw this.failure('complete', error);
     }
@@ -321,7 +343,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     return this.operation('release', async (runner) =>
-      changedOne(await this.run(runner, this.sql.release, [key, ownerToken, Date.now()])),
+      changedOne(await this.run(runner, this.sql.release, [key, ownerToken])),
     );
   }
 
@@ -335,10 +357,8 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     checkDuration('leaseMs', leaseMs);
-    const renew = async (runner: QueryRunner): Promise<boolean> => {
-      const now = Date.now();
-      return changedOne(await this.run(runner, this.sql.extend, [key, ownerToken, now + leaseMs, now]));
-    };
+    const renew = async (runner: QueryRunner): Promise<boolean> =>
+      changedOne(await this.run(runner, this.sql.extend, [key, ownerToken, leaseMs]));
     const held = this.claimsInTransaction.get(claimId(key, ownerToken));
     if (!held) return this.operation('extend', renew);
     try {
@@ -351,7 +371,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   async get(key: string): Promise<IdempotencyRecord | undefined> {
     checkKey(key);
     return this.operation('get', async (runner) => {
-      const rows = (await this.run(runner, this.sql.selectLive, [key, Date.now()])).records;
+      const rows = (await this.run(runner, this.sql.selectLive, [key])).records;
       return rows.length === 0 ? undefined : decodeRecord(single(rows));
     });
   }
@@ -372,17 +392,18 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
 
   /**
    * One statement per batch. Call it in a loop until it returns less than `batchSize`; a row a
-   * live transaction holds is skipped (PostgreSQL), and deleted by a later run.
+   * live transaction holds is skipped (PostgreSQL), and deleted by a later run. Without `nowMs`,
+   * expiry is judged by the database's clock.
    */
-  async deleteExpired(batchSize: number, nowMs: number = Date.now()): Promise<number> {
+  async deleteExpired(batchSize: number, nowMs?: number): Promise<number> {
     if (!Number.isSafeInteger(batchSize) || batchSize <= 0) {
       throw new RangeError(`batchSize must be a positive integer, got ${batchSize}`);
     }
-    if (!Number.isSafeInteger(nowMs) || nowMs < 0) {
+    if (nowMs !== undefined && (!Number.isSafeInteger(nowMs) || nowMs < 0)) {
       throw new RangeError(`nowMs must be a non-negative integer (epoch ms), got ${nowMs}`);
     }
     return this.operation('deleteExpired', async (runner) =>
-      affectedRows(await this.run(runner, this.sql.deleteExpired, [nowMs, batchSize])),
+      affectedRows(await this.run(runner, this.sql.deleteExpired, [nowMs ?? null, batchSize])),
     );
   }
 
@@ -390,10 +411,9 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
     checkListArguments(olderThanMs, limit);
     return this.operation('listInProgress', async (runner) => {
-      const now = Date.now();
-      const rows = (await this.run(runner, this.sql.listInProgress, [now - olderThanMs, now, limit])).records as Row[];
+      const rows = (await this.run(runner, this.sql.listInProgress, [olderThanMs, limit])).records as Row[];
       return rows.flatMap((row) => {
-        const entry = readableEntry(row, now);
+        const entry = readableEntry(row);
         return entry ? [entry] : [];
       });
     });
@@ -411,7 +431,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       const deleted =
         scope === 'any'
           ? await this.writeWaitingForLock(runner, this.sql.forceDeleteAny, [key])
-          : await this.writeWaitingForLock(runner, this.sql.forceDeleteInProgress, [key, Date.now()]);
+          : await this.writeWaitingForLock(runner, this.sql.forceDeleteInProgress, [key]);
       if (deleted === 'locked') {
         throw new IdempotencyStoreError(
           `Durable idempotency store (${this.dialect}): forceDelete of ${key} waited ${this.lockTimeoutMs} ms for the ` +
@@ -431,35 +451,31 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     expectedOwnerToken: string | undefined,
   ): Promise<ClaimResult> {
     for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt += 1) {
-      const now = Date.now();
-      const lease = now + request.leaseMs;
-      const expires = now + request.ttlMs;
       if (expectedOwnerToken !== undefined) {
         const taken = await this.writeWaitingForLock(runner, this.sql.takeOver, [
           key,
           expectedOwnerToken,
           request.ownerToken,
           request.fingerprint,
-          lease,
-          expires,
-          now,
+          request.leaseMs,
+          request.ttlMs,
         ]);
         if (taken === 'locked') {
           const current = await this.read(runner, key);
-          if (current) return { kind: 'existing', record: current, nowMs: Date.now() };
+          if (current) return { kind: 'existing', ...current };
           continue;
         }
         if (taken.length > 0) return { kind: 'claimed', record: decodeRecord(single(taken)) };
       }
-      const claimParams = [key, request.fingerprint, request.ownerToken, now, lease, expires];
+      const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
       const inserted = (await this.run(runner, this.sql.insert, claimParams)).records;
       if (inserted.length > 0) return { kind: 'claimed', record: decodeRecord(single(inserted)) };
       const current = await this.read(runner, key);
       if (!current) continue;
-      if (current.expiresAtMs > now) return { kind: 'existing', record: current, nowMs: now };
+      if (current.record.expiresAtMs > current.nowMs) return { kind: 'existing', ...current };
       const replaced = await this.writeWaitingForLock(runner, this.sql.replaceExpired, claimParams);
       // An expired row locked by a live transaction: its owner is still at work, as in takeOver.
-      if (replaced === 'locked') return { kind: 'existing', record: current, nowMs: Date.now() };
+      if (replaced === 'locked') return { kind: 'existing', ...current };
       if (replaced.length > 0) return { kind: 'claimed', record: decodeRecord(single(replaced)) };
     }
     throw new IdempotencyStoreError(
@@ -490,9 +506,12 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     }
   }
 
-  private async read(runner: QueryRunner, key: string): Promise<IdempotencyRecord | undefined> {
+  /** The row as it is, expired or not, with the database's clock at the read. */
+  private async read(runner: QueryRunner, key: string): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
     const rows = (await this.run(runner, this.sql.select, [key])).records;
-    return rows.length === 0 ? undefined : decodeRecord(single(rows));
+    if (rows.length === 0) return undefined;
+    const row = single(rows);
+    return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
   }
 
   private async runTransaction<T>(
@@ -505,7 +524,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     try {
       try {
         await runner.startTransaction();
-        const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken, Date.now()])).records;
+        const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken])).records;
         if (rows.length === 0) throw new IdempotencyClaimLostError(key);
         decodeRecord(single(rows));
       } catch (error) {
@@ -769,10 +788,10 @@ function decodeRecord(row: Row): IdempotencyRecord {
   return record;
 }
 
-/** The listing entry of a row, or undefined when the row cannot be read. */
-function readableEntry(row: Row, nowMs: number): InProgressEntry | undefined {
+/** The listing entry of a row (with the database's clock it was read by), or undefined when the row cannot be read. */
+function readableEntry(row: Row): InProgressEntry | undefined {
   try {
-    return { key: text(row, 'key'), record: decodeRecord(row), nowMs };
+    return { key: text(row, 'key'), record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
   } catch (error) {
     if (error instanceof IdempotencyStoreError) return undefined;
     throw error;

@@ -4,7 +4,7 @@ import { HttpException, HttpStatus } from '@nestjs/common';
 /**
  * RFC 9457 problem details: the only error body this service sends.
  * `type`, `title` and `status` are fixed per problem kind; `code` is a stable snake_case id
- * (CONTRACT B.11); anything else is an extension member.
+ * (docs/contract.md B.11); anything else is an extension member.
  */
 export interface ProblemDetails {
   type: string;
@@ -25,7 +25,7 @@ export interface FieldError {
 
 /**
  * The problem kinds of the orders service. `type` is the base URI plus the slug.
- * The idempotency library brings its own kinds (CONTRACT B.11) as ready-made bodies.
+ * The idempotency library brings its own kinds (docs/contract.md B.11) as ready-made bodies.
  */
 export const ORDERS_PROBLEMS = {
   validation: { slug: 'validation-error', title: 'Request validation failed', status: 400, code: 'validation_error' },

@@ -1,4 +1,4 @@
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from '@app/idempotency/typeorm';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { CreateOrdersAndPayments1764000000000 } from './1764000000000-create-orders-and-payments.js';
 import { CreatePaymentEvents1764200000000 } from './1764200000000-create-payment-events.js';
 import { CreateOutboxAndNotifications1764300000000 } from './1764300000000-create-outbox-and-notifications.js';

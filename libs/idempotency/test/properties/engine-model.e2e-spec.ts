@@ -10,14 +10,14 @@ import {
   type ClaimResult,
   type IdempotencyRecord,
   type StoredResponse,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { sleep } from '../utils/http.js';
-import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../utils/redis.js';
-import { emptyModel, engineCommands, modelEngine, type Real } from './support/engine-model.js';
+} from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { sleep } from '../../../../test/utils/http.js';
+import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../../../../test/utils/redis.js';
+import { emptyModel, engineCommands, modelEngine, type Real } from './engine-model.js';
 
 /**
- * The engine against a pure reference model of the state machine (CONTRACT B.5, B.7, B.9):
+ * The engine against a pure reference model of the state machine (docs/contract.md B.5, B.7, B.9):
  * random sequences of begin, finish (stored or released outcomes, oversized bodies), abandon,
  * crashes and lease expiry, with every answer compared to the model's. The key properties: a
  * claim is granted only when no live handler holds the record, and a replay returns the stored

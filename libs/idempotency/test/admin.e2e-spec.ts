@@ -1,19 +1,19 @@
 import { Test, type TestingModule } from '@nestjs/testing';
 import { DataSource } from 'typeorm';
 import {
-  IdempotencyAdmin,
   IdempotencyModule,
   IdempotencyService,
   IdempotencyScopeError,
   MemoryIdempotencyStore,
-  buildScopedKey,
-  resolvePolicy,
   type IdempotencyModuleOptions,
-} from '@app/idempotency';
-import { RedisIdempotencyStore } from '@app/idempotency/redis';
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from '@app/idempotency/typeorm';
-import { freePort } from '../utils/redis.js';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
+} from 'nestjs-idempotency';
+import { buildScopedKey } from '../src/engine/scoped-key.js';
+import { resolvePolicy } from '../src/idempotency.options.js';
+import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from 'nestjs-idempotency/typeorm';
+import { freePort } from '../../../test/utils/redis.js';
+import { RecordingLogger } from '../../../test/e2e/support/recording-logger.js';
 
 /**
  * `IdempotencyAdmin` over the memory fast tier and the TypeORM durable tier on sql.js: the

@@ -1,4 +1,5 @@
-import type { ClaimRequest, ForceDeleteScope, InProgressEntry } from '@app/idempotency';
+import type { ClaimRequest, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
 
 /** The inspection methods both store contracts share (`IdempotencyStore`, `DurableIdempotencyStore`). */
 interface InspectableStore {

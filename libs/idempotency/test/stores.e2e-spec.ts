@@ -2,14 +2,14 @@ import { randomBytes } from 'node:crypto';
 import { createServer, type Socket } from 'node:net';
 import { jest } from '@jest/globals';
 import { Cluster, type Redis } from 'ioredis';
-import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from '@app/idempotency';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from '@app/idempotency/redis';
+import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
+import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import {
   decodeClaimReply,
   decodeFlagReply,
   decodeGetReply,
-} from '../../libs/idempotency/src/redis/redis-idempotency.store.js';
-import { packResponse } from '../../libs/idempotency/src/redis/response-packing.js';
+} from '../src/redis/redis-idempotency.store.js';
+import { packResponse } from '../src/redis/response-packing.js';
 import {
   deleteKeys,
   freePort,
@@ -18,7 +18,7 @@ import {
   startRedisCluster,
   startRedisServer,
   type ThrowawayRedisCluster,
-} from '../utils/redis.js';
+} from '../../../test/utils/redis.js';
 import {
   claimRequest,
   describeStoreContract,
@@ -26,8 +26,8 @@ import {
   newId,
   newToken,
   sampleResponse,
-  sleep,
-} from './store-contract.js';
+} from 'nestjs-idempotency/testing';
+import { sleep } from '../../../test/utils/http.js';
 
 /** Every key this run writes starts with it; the shared Redis is never flushed. */
 const RUN = `idem-stores-${randomBytes(4).toString('hex')}`;

@@ -1,18 +1,14 @@
 import { Logger } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { randomUUID } from 'node:crypto';
-import {
-  buildScopedKey,
-  IdempotencyService,
-  MemoryIdempotencyStore,
-  resolvePolicy,
-  type StoredResponse,
-} from '@app/idempotency';
-import { resolveModuleSettings } from '../../libs/idempotency/src/idempotency.options.js';
-import { TypeOrmIdempotencyStore } from '@app/idempotency/typeorm';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { createThrowawaySchema, dropSchema } from '../utils/postgres.js';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
+import { IdempotencyService, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
+import { buildScopedKey } from '../src/engine/scoped-key.js';
+import { resolvePolicy } from '../src/idempotency.options.js';
+import { resolveModuleSettings } from '../src/idempotency.options.js';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import { openIdempotencyDataSource } from '../../../test/utils/idempotency-data-source.js';
+import { createThrowawaySchema, dropSchema } from '../../../test/utils/postgres.js';
+import { RecordingLogger } from '../../../test/e2e/support/recording-logger.js';
 
 const FINGERPRINT = 'f'.repeat(43);
 const created: StoredResponse = { statusCode: 201, headers: { location: '/orders/1' }, body: Buffer.from('{"id":1}') };

@@ -1,19 +1,17 @@
 import fc from 'fast-check';
 import {
   IdempotencyService,
-  decideOutcome,
-  resolvePolicy,
-  type BeginResult,
-  type IdempotencyClaim,
   type IdempotencyPolicyOptions,
   type IdempotencyStore,
-  type ResolvedPolicy,
-} from '@app/idempotency';
-import { buildScopedKey } from '@app/idempotency';
-import { resolveModuleSettings } from '../../../libs/idempotency/src/idempotency.options.js';
+} from 'nestjs-idempotency';
+import { decideOutcome } from '../../src/engine/outcome-policy.js';
+import { resolvePolicy, type ResolvedPolicy } from '../../src/idempotency.options.js';
+import { type BeginResult, type IdempotencyClaim } from '../../src/engine/idempotency.service.js';
+import { buildScopedKey } from '../../src/engine/scoped-key.js';
+import { resolveModuleSettings } from '../../src/idempotency.options.js';
 
 /**
- * A pure reference model of one record's state machine (CONTRACT B.5, B.7, B.9), and fast-check
+ * A pure reference model of one record's state machine (docs/contract.md B.5, B.7, B.9), and fast-check
  * commands that drive the real engine (`begin`, `finish`, `abandon`) and the model side by side,
  * comparing every observable answer.
  *

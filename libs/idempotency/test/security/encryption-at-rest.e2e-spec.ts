@@ -1,9 +1,12 @@
 import { randomBytes, randomUUID } from 'node:crypto';
-import { IdempotencyCipher, IdempotencyService, buildScopedKey, resolvePolicy, type IdempotencyEncryptionOptions } from '@app/idempotency';
-import { securityRecordId, startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
-import { send, sleep, type HttpResult } from '../utils/http.js';
-import { openBackend, type Backend } from './support/backends.js';
-import { holding } from './support/stored-bytes.js';
+import { IdempotencyService, type IdempotencyEncryptionOptions } from 'nestjs-idempotency';
+import { IdempotencyCipher } from '../../src/security/idempotency-cipher.js';
+import { buildScopedKey } from '../../src/engine/scoped-key.js';
+import { resolvePolicy } from '../../src/idempotency.options.js';
+import { startSecurityApp, type SecurityApp } from '../../../../test/fixtures/security.app.js';
+import { send, sleep, type HttpResult } from '../../../../test/utils/http.js';
+import { openBackend, type Backend } from '../../../../test/security/support/backends.js';
+import { holding } from '../../../../test/security/support/stored-bytes.js';
 
 const k1 = { id: 'k1', key: randomBytes(32) };
 const k2 = { id: 'k2', key: randomBytes(32) };
@@ -30,7 +33,8 @@ describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on t
   };
   const post = (app: SecurityApp, key: string, secret: string) =>
     send(app.url, backend.route, { key, body: { secret }, headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' } });
-  const idOf = (key: string) => securityRecordId(backend.operation, key);
+  /** The storage id of a record of the fixture (its scope: tenant, principal, operation). */
+  const idOf = (key: string) => buildScopedKey({ operation: backend.operation, tenant: 't1', principal: 'u1', key }, ['tenant', 'principal', 'operation']).id;
   /** Stores one response with `first`, stops that app, and starts another with `then`: a restart with a new configuration. */
   const storeThenRestart = async (
     key: string,

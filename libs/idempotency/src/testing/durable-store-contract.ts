@@ -1,19 +1,19 @@
 import { createHash, randomBytes } from 'node:crypto';
-import {
-  IdempotencyClaimLostError,
-  IdempotencyStoreError,
-  type ClaimRequest,
-  type DurableIdempotencyStore,
-  type DurableTransaction,
-  type IdempotencyRecord,
-  type StoredResponse,
-} from '@app/idempotency';
+import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { DurableIdempotencyStore, DurableTransaction } from '../stores/durable-idempotency-store.js';
+import type { ClaimRequest } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
+import { itEach, resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
  * The durable-tier contract (`DurableIdempotencyStore`, DESIGN "Durable tier" and "The flow of one
  * request" steps 4, 6 and 7), as a suite any implementation must pass. Real timers and short
  * TTLs: leases and expiry are measured by the application's clock, never faked.
+ *
+ * @publicApi
  */
 export interface DurableStoreUnderTest {
   /** A store on an empty table. */
@@ -47,6 +47,8 @@ export interface DurableStoreUnderTest {
  * answers for it: a row that is no longer `in_progress` under our token (a completed row, an
  * unknown state, a blank owner) is not ours to lock, so the claim is lost; a row that is ours
  * but unreadable is a store error.
+ *
+ * @publicApi
  */
 export const ROW_DAMAGES = {
   'unknown state': 'claim-lost',
@@ -58,6 +60,7 @@ export const ROW_DAMAGES = {
   'completed row whose headers are a JSON array': 'claim-lost',
   'completed row with status code 42': 'claim-lost',
 } as const;
+/** @publicApi */
 export type RowDamage = keyof typeof ROW_DAMAGES;
 
 /** Lifetimes short enough to watch expire, long enough for a claim and a write on a busy sql.js. */
@@ -138,9 +141,18 @@ async function expectStoreError(promise: Promise<unknown>): Promise<IdempotencyS
 }
 
 /**
- * Registers the contract suite for one durable store. `make` runs before every test.
+ * Registers the contract suite for one durable store. `make` runs before every test. `runner` is
+ * your test runner's `describe`, `it`, `beforeEach` and `afterEach`; without it, its globals are used.
+ *
+ * @publicApi
  */
-export function describeDurableStoreContract(name: string, make: () => Promise<DurableStoreUnderTest>): void {
+export function describeDurableStoreContract(
+  name: string,
+  make: () => Promise<DurableStoreUnderTest>,
+  runner?: ContractTestRunner,
+): void {
+  const resolved = resolveRunner(runner);
+  const { describe, it, beforeEach, afterEach } = resolved;
   describe(`DurableIdempotencyStore contract: ${name}`, () => {
     let h: DurableStoreUnderTest;
     let store: DurableIdempotencyStore;
@@ -310,7 +322,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await h.countRows()).toBe(2);
       });
 
-      it.each([
+      itEach(it)([
         ['leaseMs', 0],
         ['leaseMs', -1],
         ['leaseMs', 1.5],
@@ -678,7 +690,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
     });
 
     describe('unreadable rows', () => {
-      it.each(Object.entries(ROW_DAMAGES))(
+      itEach(it)(Object.entries(ROW_DAMAGES))(
         'rejects get, claim and takeOver with IdempotencyStoreError (durable) for %s; transaction: %s, before work',
         async (damage, transactionOutcome) => {
           const key = newId();
@@ -784,7 +796,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await h.countRows()).toBe(0);
       });
 
-      it.each([
+      itEach(it)([
         ['batchSize 0', 0, undefined],
         ['batchSize 1.5', 1.5, undefined],
         ['nowMs NaN', 10, Number.NaN],
@@ -854,7 +866,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
         expect(await store.get(key)).toEqual(taken.record);
       });
 
-      it.each([
+      itEach(it)([
         ['an absent key', async (_c: Claimer) => ({ key: newId(), token: newToken() })],
         ['a wrong owner token', async (c: Claimer) => ({ key: await c.key(), token: newToken() })],
         ['a completed row', async (c: Claimer) => c.completedKey()],
@@ -976,7 +988,7 @@ export function describeDurableStoreContract(name: string, make: () => Promise<D
       });
     });
 
-    describeRowLocks(() => h, () => store, claimed);
+    describeRowLocks(resolved, () => h, () => store, claimed);
 
     describe('inspection and repair (listInProgress, forceDelete, ping)', () => {
       it('lists live in-progress rows created at least olderThanMs ago, oldest first, up to limit', async () => {
@@ -1047,6 +1059,7 @@ type Claimer = {
  * nothing is skipped.
  */
 function describeRowLocks(
+  { describe, it }: ContractTestRunner,
   harness: () => DurableStoreUnderTest,
   storeOf: () => DurableIdempotencyStore,
   claimed: (key: string, overrides?: Partial<ClaimRequest>) => Promise<IdempotencyRecord>,

@@ -1,11 +1,16 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { ClaimRequest, IdempotencyRecord, IdempotencyStore, StoredResponse } from '@app/idempotency';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { ClaimRequest, IdempotencyStore } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
+import { itEach, resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { expectInspectionBasics, expectListingOldestFirst } from './inspection-checks.js';
 
 /**
- * The fast-tier contract (`IdempotencyStore`, DESIGN "The record and its states"), as a suite any
+ * The fast-tier contract (`IdempotencyStore`, docs/durability.md "The record and its states"), as a suite any
  * implementation must pass. Real timers and short TTLs: expiry and leases are measured by the
  * store's own clock (Redis `TIME` for Redis), never faked.
+ *
+ * @publicApi
  */
 export interface StoreUnderTest {
   store: IdempotencyStore;
@@ -24,20 +29,22 @@ const PROMPT_MS = 500;
 
 export const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A storage id shaped like `buildScopedKey().id` (32 hex characters). */
+/** A random storage id shaped like the engine's (32 hex characters). @publicApi */
 export const newId = (): string => randomBytes(16).toString('hex');
-/** An owner token shaped like `newOwnerToken()` (22 base64url characters). */
+/** A random owner token shaped like the engine's (22 base64url characters). @publicApi */
 export const newToken = (): string => randomBytes(16).toString('base64url');
-/** A fingerprint shaped like the engine's (base64url SHA-256, 43 characters). */
+/** A random fingerprint shaped like the engine's (base64url SHA-256, 43 characters). @publicApi */
 export const newFingerprint = (): string => createHash('sha256').update(randomBytes(16)).digest('base64url');
 
+/** A `ClaimRequest` with fresh token and fingerprint and 60 s lease and lifetime, `overrides` applied. @publicApi */
 export function claimRequest(overrides: Partial<ClaimRequest> = {}): ClaimRequest {
   return { ownerToken: newToken(), fingerprint: newFingerprint(), leaseMs: LONG_MS, ttlMs: LONG_MS, ...overrides };
 }
 
-/** Bytes that are not valid UTF-8 (lone continuation bytes, an overlong form, a surrogate, NUL, CR LF). */
+/** Bytes that are not valid UTF-8 (lone continuation bytes, an overlong form, a surrogate, NUL, CR LF). @publicApi */
 export const NON_UTF8_BODY = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0xbf, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0x0d, 0x0a, 0x7f]);
 
+/** A response with awkward headers (multi-valued, empty, non-ASCII) and a non-UTF-8 body, `overrides` applied. @publicApi */
 export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredResponse {
   return {
     statusCode: 201,
@@ -55,9 +62,18 @@ export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredR
 
 /**
  * Registers the contract suite for one store. `makeStore` runs before every test and must give
- * a store with no records (a fresh instance or a fresh key prefix).
+ * a store with no records (a fresh instance or a fresh key prefix). `runner` is your test
+ * runner's `describe`, `it`, `beforeEach` and `afterEach`; without it, its globals are used.
+ *
+ * @example
+ * describeStoreContract('my store', async () => {
+ *   const store = new MyStore(await connect());
+ *   return { store, cleanup: () => store.close() };
+ * });
+ * @publicApi
  */
-export function describeStoreContract(name: string, makeStore: () => Promise<StoreUnderTest>): void {
+export function describeStoreContract(name: string, makeStore: () => Promise<StoreUnderTest>, runner?: ContractTestRunner): void {
+  const { describe, it, beforeEach, afterEach } = resolveRunner(runner);
   describe(`IdempotencyStore contract: ${name}`, () => {
     let store: IdempotencyStore;
     let cleanup: (() => Promise<void>) | undefined;
@@ -180,7 +196,7 @@ export function describeStoreContract(name: string, makeStore: () => Promise<Sto
         expect((await store.claim(b, claimRequest())).kind).toBe('claimed');
       });
 
-      it.each([
+      itEach(it)([
         ['leaseMs', 0],
         ['leaseMs', -1],
         ['leaseMs', 1.5],

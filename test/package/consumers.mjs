@@ -1,0 +1,105 @@
+// The consumer applications of the pack-and-consume check (test/package/pack-and-consume.mjs):
+// brand-new Nest apps, written from scratch into a temp folder, that install the packed tarball
+// the way the README says and use it the way its example does.
+
+/**
+ * The README's two install commands, with the tarball in place of the package name:
+ * `npm install nestjs-idempotency ioredis` (ioredis 6, the current major) and the one for ioredis 5.
+ */
+export const README_INSTALLS = {
+  ioredis6: ['nestjs-idempotency', 'ioredis'],
+  ioredis5: ['nestjs-idempotency', 'ioredis@5'],
+};
+
+/** Each consumer: its module system, the Nest major it is built on, and the README command it runs. */
+export const CONSUMERS = [
+  { name: 'nest12-esm', moduleType: 'module', nest: '^12.0.0', install: README_INSTALLS.ioredis5 },
+  { name: 'nest12-cjs', moduleType: 'commonjs', nest: '^12.0.0', install: README_INSTALLS.ioredis5 },
+  { name: 'nest11-cjs', moduleType: 'commonjs', nest: '^11.0.0', install: README_INSTALLS.ioredis5 },
+  { name: 'nest12-esm-ioredis6', moduleType: 'module', nest: '^12.0.0', install: README_INSTALLS.ioredis6 },
+];
+
+/** package.json of a consumer before the README's install command runs. */
+export function consumerPackageJson(consumer) {
+  return {
+    name: consumer.name,
+    private: true,
+    type: consumer.moduleType,
+    scripts: { build: 'tsc -p tsconfig.json' },
+    dependencies: {
+      '@nestjs/common': consumer.nest,
+      '@nestjs/core': consumer.nest,
+      '@nestjs/platform-express': consumer.nest,
+      'reflect-metadata': '^0.2.2',
+      rxjs: '^7.8.1',
+    },
+    devDependencies: { typescript: '6.0.3', '@types/node': '^20.19.0' },
+  };
+}
+
+/** A strict tsconfig as `nest new` writes one, with the declarations of every package checked. */
+export const CONSUMER_TSCONFIG = {
+  compilerOptions: {
+    module: 'nodenext',
+    moduleResolution: 'nodenext',
+    target: 'es2023',
+    lib: ['es2023'],
+    types: ['node'],
+    strict: true,
+    experimentalDecorators: true,
+    emitDecoratorMetadata: true,
+    useDefineForClassFields: false,
+    skipLibCheck: false,
+    outDir: './dist',
+    rootDir: './src',
+  },
+  include: ['src/**/*.ts'],
+};
+
+/**
+ * The app: the README's example (one idempotent route), on the memory store, or on Redis under a
+ * key prefix of its own when REDIS_URL is set. The same source compiles to ESM or CommonJS.
+ */
+export const CONSUMER_MAIN_TS = `import 'reflect-metadata';
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Idempotent, IdempotencyModule, MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+
+interface CreateOrder {
+  sku: string;
+  quantity: number;
+}
+
+@Controller('orders')
+class OrdersController {
+  private created = 0;
+
+  @Post()
+  @Idempotent({ required: true })
+  create(@Body() order: CreateOrder): { id: number; sku: string; quantity: number } {
+    this.created += 1;
+    return { id: this.created, ...order };
+  }
+}
+
+const store: IdempotencyStore = process.env.REDIS_URL
+  ? new RedisIdempotencyStore(process.env.REDIS_URL, { prefix: process.env.REDIS_PREFIX })
+  : new MemoryIdempotencyStore();
+
+@Module({
+  // A single-tenant API without users: a key is unique per operation (route).
+  imports: [IdempotencyModule.forRoot({ store, scope: ['operation'] })],
+  controllers: [OrdersController],
+})
+class AppModule {}
+
+async function main(): Promise<void> {
+  const app = await NestFactory.create(AppModule, { rawBody: true, logger: ['error', 'warn'] });
+  app.enableShutdownHooks();
+  await app.listen(0, '127.0.0.1');
+  console.log(\`listening on \${await app.getUrl()}\`);
+}
+
+void main();
+`;
