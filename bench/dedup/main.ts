@@ -3,7 +3,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Redis } from 'ioredis';
 import { EventDeduplicator, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { openRedis, startRedisServer } from '../../test/utils/redis.js';
+import { openRedis } from '../../test/support/servers/redis.js';
+import { startRedisServer } from '../../test/support/servers/redis-server.js';
 import { medianBytesPerKey } from '../driver/redis-stats.js';
 
 /**

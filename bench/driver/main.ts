@@ -2,8 +2,10 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../test/utils/postgres.js';
-import { openRedis, startRedisServer } from '../../test/utils/redis.js';
+import { createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../test/support/servers/postgres.js';
+import { openRedis } from '../../test/support/servers/redis.js';
+import { startRedisServer } from '../../test/support/servers/redis-server.js';
+import { sleep } from '../../test/support/timing.js';
 import { prepareBenchSchema, truncateOrders } from './database.js';
 import { type LoadOptions, runLoad, sendOnce } from './load.js';
 import { commandCalls, medianBytesPerKey, redisCostBetween } from './redis-stats.js';
@@ -18,7 +20,6 @@ export interface BenchRunOptions {
   argv: readonly string[];
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 /** Requests cut off when a run stops still finish their server-side work: wait for it before counting. */
 const SETTLE_MS = 300;
 

@@ -5,7 +5,7 @@ import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { dataSourceOptionsFor } from '../../apps/orders/src/database/data-source-options.js';
 import { migrateDatabase } from '../../apps/orders/src/database/migrate.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
 
 /**
  * The migrations on both databases, and the advisory lock that lets several instances migrate

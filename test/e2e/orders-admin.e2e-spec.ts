@@ -1,11 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { DurableIdempotencyStore, IdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
 import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
-import { send, type HttpResult } from '../utils/http.js';
-import { backends } from './support/backends.js';
-import { useOrdersApp } from './support/orders-app.js';
-import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
-import { RecordingLogger } from './support/recording-logger.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { backends } from '../support/orders/backends.js';
+import { useOrdersApp } from '../support/orders/orders-app.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
 const TOKEN = 'adm_e2e_0123456789abcdef0123456789abcdef';
 const ACTOR = 'alice@ops';

@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
-import { buildOrdersAppOnce, startOrdersProcess, type OrdersProcess } from '../utils/app-process.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../utils/postgres.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { buildOrdersAppOnce, startOrdersProcess, type OrdersProcess } from '../support/orders/app-process.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
  * A process killed while its handler is inside the idempotency transaction (DESIGN step 7): the

@@ -5,11 +5,12 @@ import { join } from 'node:path';
 import type { INestApplication } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { send, type HttpResult } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { startTcpProxy, type TcpProxy } from '../utils/tcp-proxy.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { openRedis } from '../support/servers/redis.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
  * The durable tier as the authority (DESIGN "The flow of one request", steps 4, 6, 7), on the

@@ -5,13 +5,14 @@ import { IdempotencyService } from 'nestjs-idempotency';
 import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import type pg from 'pg';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { send, sleep, type HttpResult } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../utils/postgres.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { startTcpProxy, type TcpProxy } from '../utils/tcp-proxy.js';
-import { countForTenant, orderIdsOf } from './support/orders-db.js';
-import { newTenant, orderBody, type OrderBody } from './support/orders-fixtures.js';
-import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from './support/store-commands.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { sleep } from '../support/timing.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
+import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';
+import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
+import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from '../support/net/store-commands.js';
 
 /**
  * Faults at each step of `POST /orders` (transactional, durable): before the claim, right after

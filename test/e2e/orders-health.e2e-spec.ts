@@ -1,6 +1,6 @@
-import { send, type HttpResult } from '../utils/http.js';
-import { backends } from './support/backends.js';
-import { useOrdersApp } from './support/orders-app.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { backends } from '../support/orders/backends.js';
+import { useOrdersApp } from '../support/orders/orders-app.js';
 
 const TOKEN = 'adm_health_0123456789abcdef0123456789abcdef';
 const [serversName, serversBackend] = backends[0];

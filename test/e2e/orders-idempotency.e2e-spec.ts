@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
-import { send, type HttpResult } from '../utils/http.js';
-import { backends, type Backend } from './support/backends.js';
-import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
+import { expectOneFreshTheRestBusyOrReplayed } from '../support/http/concurrency.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
 
 /** `POST /orders` under the HTTP contract (docs/contract.md B.1–B.11), on both backends. */
 describe.each(backends)('POST /orders idempotency on %s', (_name, setUp) => {

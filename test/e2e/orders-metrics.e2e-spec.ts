@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { backends, type Backend } from './support/backends.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 interface Sample {
   name: string;

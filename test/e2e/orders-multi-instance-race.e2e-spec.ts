@@ -1,11 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
-import { send } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { startOrdersCluster, type OrdersCluster } from './support/orders-cluster.js';
-import { countForTenant, orderIdsOf } from './support/orders-db.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { expectOneFreshTheRestBusyOrReplayed } from '../support/http/concurrency.js';
+import { send } from '../support/http/send.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
+import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
  * Races across processes: three instances of the compiled service on one Redis and one

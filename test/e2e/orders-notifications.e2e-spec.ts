@@ -5,9 +5,10 @@ import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { TransactionRunner } from '../../apps/orders/src/database/transaction-runner.js';
 import { OutboxEvent } from '../../apps/orders/src/events/outbox-event.entity.js';
 import { OutboxRelay } from '../../apps/orders/src/events/outbox.relay.js';
-import { send, sleep, type HttpResult } from '../utils/http.js';
-import { backends, type Backend } from './support/backends.js';
-import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { sleep } from '../support/timing.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
 
 interface NotificationView {
   id: string;

@@ -1,6 +1,6 @@
-import { send } from '../utils/http.js';
-import { backends } from './support/backends.js';
-import { useOrdersApp } from './support/orders-app.js';
+import { send } from '../support/http/send.js';
+import { backends } from '../support/orders/backends.js';
+import { useOrdersApp } from '../support/orders/orders-app.js';
 
 const [embeddedName, embeddedBackend] = backends[1];
 

@@ -8,11 +8,11 @@ import { IsNull, Not } from 'typeorm';
 import { TransactionRunner } from '../../apps/orders/src/database/transaction-runner.js';
 import { OutboxEvent } from '../../apps/orders/src/events/outbox-event.entity.js';
 import { OutboxRelay } from '../../apps/orders/src/events/outbox.relay.js';
-import { send } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, rabbitmqUrl, waitFor } from '../utils/rabbitmq.js';
-import { startOrdersApp } from './support/orders-app.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { send } from '../support/http/send.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, rabbitmqUrl, waitFor } from '../support/servers/rabbitmq.js';
+import { startOrdersApp } from '../support/orders/orders-app.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 const HOUR_MS = 3_600_000;
 

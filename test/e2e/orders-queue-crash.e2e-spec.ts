@@ -6,11 +6,12 @@ import {
   startOrdersWorkerProcess,
   type OrdersProcess,
   type OrdersWorkerProcess,
-} from '../utils/app-process.js';
-import { sleep } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../utils/postgres.js';
-import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+} from '../support/orders/app-process.js';
+import { sleep } from '../support/timing.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import { openRedis } from '../support/servers/redis.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
  * The `order.created` job redelivered after its worker was killed mid-processing. A real worker

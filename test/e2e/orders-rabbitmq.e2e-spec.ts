@@ -7,12 +7,12 @@ import { AMQP_DEAD_LETTER_REASON_HEADER } from 'nestjs-idempotency/amqp';
 import { TransactionRunner } from '../../apps/orders/src/database/transaction-runner.js';
 import { OrderNotification } from '../../apps/orders/src/notifications/order-notification.entity.js';
 import { OutboxEvent } from '../../apps/orders/src/events/outbox-event.entity.js';
-import { send } from '../utils/http.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../utils/rabbitmq.js';
-import { startOrdersApp } from './support/orders-app.js';
-import { requireRedis, TEST_REDIS_URL } from './support/redis.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { send } from '../support/http/send.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import { startOrdersApp } from '../support/orders/orders-app.js';
+import { connectRedisOrFail, TEST_REDIS_URL } from '../support/servers/redis.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
  * One boundary from HTTP to the queue: with `RABBITMQ_URL`, `POST /orders` writes its
@@ -32,7 +32,7 @@ describe('orders service with RABBITMQ_URL (PostgreSQL + Redis + RabbitMQ)', () 
 
   beforeAll(async () => {
     await (await connectPostgresOrFail()).end();
-    await requireRedis();
+    await connectRedisOrFail();
     connection = await connectRabbitOrFail();
     channel = await confirmChannel(connection);
     ({ app, url } = await startOrdersApp({

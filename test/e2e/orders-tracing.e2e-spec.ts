@@ -4,9 +4,9 @@ import type { INestApplication } from '@nestjs/common';
 import { IDEMPOTENCY_SPANS } from 'nestjs-idempotency/telemetry';
 import request from 'supertest';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';
-import { backends, type Backend } from './support/backends.js';
-import { newTenant, orderBody } from './support/orders-fixtures.js';
+import { startTracing, traceEveryRequest, type TestTracing } from '../support/tracing.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 describe.each(backends)('spans of POST /orders (durable, transactional) on %s', (_name, setUp) => {
   let backend: Backend | undefined;

@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { signWebhookBody } from '../../apps/orders/src/webhooks/webhook-signature.js';
-import { send, type HttpResult } from '../utils/http.js';
-import { backends, type Backend } from './support/backends.js';
-import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
 
 const SECRET = 'whsec_e2e_0123456789abcdef';
 

@@ -8,7 +8,7 @@ import { TransactionRunner } from '../../apps/orders/src/database/transaction-ru
 import { OrdersService } from '../../apps/orders/src/orders/orders.service.js';
 import { Payment } from '../../apps/orders/src/payments/payment.entity.js';
 import { PaymentKeyReusedError, PaymentsService } from '../../apps/orders/src/payments/payments.service.js';
-import { backends, type Backend } from './support/backends.js';
+import { backends, type Backend } from '../support/orders/backends.js';
 import {
   newTenant,
   ORDER_KEYS,
@@ -17,8 +17,8 @@ import {
   PROBLEM_BASE,
   UUID_RE,
   withFirstItem,
-} from './support/orders-fixtures.js';
-import { RecordingLogger } from './support/recording-logger.js';
+} from '../support/orders/orders-fixtures.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
 describe.each(backends)('orders service on %s', (_name, setUp) => {
   let backend: Backend | undefined;

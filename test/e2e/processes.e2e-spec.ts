@@ -6,13 +6,8 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import {
-  buildOrdersAppOnce,
-  freePort,
-  type OrdersProcess,
-  runOrdersProcessToExit,
-  startOrdersProcess,
-} from '../utils/app-process.js';
+import { buildOrdersAppOnce, type OrdersProcess, runOrdersProcessToExit, startOrdersProcess } from '../support/orders/app-process.js';
+import { freePort } from '../support/net/free-port.js';
 import {
   connectPostgresOrFail,
   createThrowawayDatabase,
@@ -21,8 +16,8 @@ import {
   queryTestDatabase,
   TEST_DATABASE_URL,
   throwawaySchemaName,
-} from '../utils/postgres.js';
-import { newTenant, orderBody, PROBLEM_BASE } from './support/orders-fixtures.js';
+} from '../support/servers/postgres.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
 
 /**
  * The compiled service as real processes: what survives a restart, what happens when several

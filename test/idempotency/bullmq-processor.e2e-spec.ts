@@ -5,8 +5,8 @@ import { Queue, Worker, type Job, type JobState } from 'bullmq';
 import { IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
 import { idempotentProcessor } from 'nestjs-idempotency/bullmq';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { sleep } from '../utils/http.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { sleep } from '../support/timing.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 
 interface OrderCreated {
   eventId?: string;

@@ -24,8 +24,8 @@ import {
   IdempotentConsumerKeyError,
 } from 'nestjs-idempotency/consumers';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { sleep } from '../utils/http.js';
-import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
+import { sleep } from '../support/timing.js';
+import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
 
 interface Charge {
   eventId?: string;

@@ -24,7 +24,7 @@ import {
   createThrowawaySchema,
   dropSchema,
   queryTestDatabase,
-} from '../utils/postgres.js';
+} from '../support/servers/postgres.js';
 import {
   NON_UTF8_BODY,
   claimRequest,
@@ -35,7 +35,7 @@ import {
   type DurableStoreUnderTest,
   type RowDamage,
 } from 'nestjs-idempotency/testing';
-import { sleep } from '../utils/http.js';
+import { sleep } from '../support/timing.js';
 
 /** "Fast": an unreachable database answers with an error well within a request's budget. */
 const FAST_MS = 2_000;

@@ -2,8 +2,10 @@ import { randomUUID } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { EventDeduplicator, type EventDeduplicatorOptions } from 'nestjs-idempotency/redis';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
-import { askNode, deleteKeys, openRedis, openRedisCluster, startRedisCluster, type ThrowawayRedisCluster } from '../utils/redis.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../support/servers/postgres.js';
+import { deleteKeys, openRedis } from '../support/servers/redis.js';
+import { openRedisCluster, startRedisCluster, type ThrowawayRedisCluster } from '../support/servers/redis-cluster.js';
+import { askNode } from '../support/servers/redis-server.js';
 
 /** A clock the tests move by hand: buckets and the window are crossed without sleeping. */
 class ManualClock {

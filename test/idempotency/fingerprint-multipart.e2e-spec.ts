@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Readable } from 'node:stream';
 import { Idempotent, IdempotencyInterceptor, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
-import { send } from '../utils/http.js';
+import { send } from '../support/http/send.js';
 
 /**
  * docs/contract.md B.4 rule 15: a multipart body is fingerprinted part by part (name, filename, content

@@ -6,10 +6,10 @@ import { IdempotencyModule } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { IdempotencyHealthIndicator } from 'nestjs-idempotency/terminus';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
+import { openIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../support/servers/postgres.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
 /**
  * `IdempotencyHealthIndicator` (`nestjs-idempotency/terminus`) on a throwaway redis-server and a

@@ -2,16 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
 import { MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
-import { expectOneFreshTheRestBusyOrReplayed } from '../utils/concurrency.js';
-import { send, sendRawHeaders, sleep, type HttpResult, type SendOptions } from '../utils/http.js';
-import {
-  connectRedisOrFail,
-  openRedisCluster,
-  redisUrl,
-  startRedisCluster,
-  type ThrowawayRedisCluster,
-} from '../utils/redis.js';
+import { startContractApp, type ContractApp, type Platform } from '../support/apps/contract.app.js';
+import { expectOneFreshTheRestBusyOrReplayed } from '../support/http/concurrency.js';
+import { send, sendRawHeaders, type HttpResult, type SendOptions } from '../support/http/send.js';
+import { sleep } from '../support/timing.js';
+import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
+import { openRedisCluster, startRedisCluster, type ThrowawayRedisCluster } from '../support/servers/redis-cluster.js';
 
 type StoreName = 'memory' | 'redis' | 'redis-cluster';
 
@@ -467,7 +463,7 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(retry.text).not.toBe(first.text);
     });
 
-    it('rule 19: IdempotencyFinalError stores even a 503', async () => {
+    it('rule 19: IdempotencyFinalException stores even a 503', async () => {
       const k = key();
       const first = await call('/final', { key: k });
       const retry = await call('/final', { key: k });
@@ -477,7 +473,7 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       expect(retry.body.equals(first.body)).toBe(true);
     });
 
-    it('rule 19: IdempotencyTransientError releases even a 402', async () => {
+    it('rule 19: IdempotencyTransientException releases even a 402', async () => {
       const k = key();
       const first = await call('/transient', { key: k });
       const retry = await call('/transient', { key: k });

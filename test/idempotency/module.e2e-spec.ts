@@ -12,7 +12,7 @@ import {
   type IdempotencyOptionsFactory,
 } from 'nestjs-idempotency';
 import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
-import { send } from '../utils/http.js';
+import { send } from '../support/http/send.js';
 
 /** How applications register the module: forRoot, forRootAsync with @nestjs/config, useClass. */
 

@@ -20,8 +20,8 @@ import {
   type AmqpRedeliveryOptions,
 } from 'nestjs-idempotency/amqp';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../utils/rabbitmq.js';
-import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
+import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
 
 interface Charge {
   ref: string;

@@ -3,11 +3,11 @@ import type { ChannelModel, ConfirmChannel } from 'amqplib';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
 import { amqpQueueArguments, assertAmqpRedeliveryTopology } from 'nestjs-idempotency/amqp';
-import { buildFixtureOnce, startFixtureProcess, type FixtureProcess } from '../utils/compiled-fixture.js';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../utils/rabbitmq.js';
-import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../utils/redis.js';
+import { buildFixtureOnce, startFixtureProcess, type FixtureProcess } from '../support/apps/compiled-fixture.js';
+import { openIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { confirmChannel, connectRabbitOrFail, deleteQueues, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../support/servers/redis.js';
 
 const MESSAGES = 24;
 const CONSUMERS = 3;

@@ -2,19 +2,14 @@ import { randomUUID } from 'node:crypto';
 import type { Cluster } from 'ioredis';
 import { IdempotencyStoreError } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
-import { send, type HttpResult } from '../utils/http.js';
-import {
-  askNode,
-  openRedisCluster,
-  startRedisCluster,
-  waitForReplicas,
-  waitUntil,
-  type ThrowawayRedisCluster,
-} from '../utils/redis.js';
-import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../utils/redis-cluster.js';
+import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { askNode } from '../support/servers/redis-server.js';
+import { openRedisCluster, startRedisCluster, waitForReplicas, type ThrowawayRedisCluster } from '../support/servers/redis-cluster.js';
+import { waitUntil } from '../support/timing.js';
+import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../support/servers/redis-cluster-reshape.js';
 import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
-import { sleep } from '../utils/http.js';
+import { sleep } from '../support/timing.js';
 
 /** Resolves after `ms` without keeping the process alive. */
 const later = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
-import { send } from '../utils/http.js';
-import { connectRedisOrFail, redisUrl, startRedisServer } from '../utils/redis.js';
+import { startContractApp, type ContractApp, type Platform } from '../support/apps/contract.app.js';
+import { send } from '../support/http/send.js';
+import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
+import { startRedisServer } from '../support/servers/redis-server.js';
 
 const headers = { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' };
 

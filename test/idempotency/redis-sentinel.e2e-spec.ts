@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
-import { send, type HttpResult } from '../utils/http.js';
-import { waitForReplicas, waitUntil } from '../utils/redis.js';
-import { startRedisSentinel, type ThrowawayRedisSentinel } from '../utils/redis-sentinel.js';
+import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { waitForReplicas } from '../support/servers/redis-cluster.js';
+import { waitUntil } from '../support/timing.js';
+import { startRedisSentinel, type ThrowawayRedisSentinel } from '../support/servers/redis-sentinel.js';
 
 /**
  * The Redis store on an ioredis Sentinel client (`new Redis({ sentinels, name })`), with a

@@ -2,7 +2,8 @@ import { jest } from '@jest/globals';
 import { Socket } from 'node:net';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { openRedis, startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { openRedis } from '../support/servers/redis.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 
 const claimOf = () => ({ ownerToken: randomBytes(16).toString('base64url'), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 60_000 });
 

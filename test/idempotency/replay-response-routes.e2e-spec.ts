@@ -18,8 +18,8 @@ import type { Server, ServerResponse } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { map } from 'rxjs';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
-import { send } from '../utils/http.js';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
+import { send } from '../support/http/send.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
 /** A status set through the response object, so it differs from the route's default (201). */
 type StatusSink = { status?: (code: number) => unknown; code?: (code: number) => unknown };

@@ -3,7 +3,7 @@ import { HttpException, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Module } from '@nestjs/common';
 import {
-  IdempotencyFinalError,
+  IdempotencyFinalException,
   IdempotencyModule,
   IdempotencyRunError,
   IdempotencyService,
@@ -11,8 +11,8 @@ import {
   type IdempotencyStore,
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { sleep } from '../utils/http.js';
-import { connectRedisOrFail, redisUrl } from '../utils/redis.js';
+import { sleep } from '../support/timing.js';
+import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
 
 /** The programmatic API, `IdempotencyService.run()`, for consumers, webhooks and jobs. */
 describe.each<[string, () => IdempotencyStore]>([
@@ -135,7 +135,7 @@ describe.each<[string, () => IdempotencyStore]>([
     expect(runs).toBe(2);
   });
 
-  it('error: a definitive failure (a stored 4xx, or IdempotencyFinalError) is replayed as replayed-failure', async () => {
+  it('error: a definitive failure (a stored 4xx, or IdempotencyFinalException) is replayed as replayed-failure', async () => {
     const key = randomUUID();
     let runs = 0;
     const decline = () =>
@@ -150,9 +150,9 @@ describe.each<[string, () => IdempotencyStore]>([
     const finalKey = randomUUID();
     await expect(
       idempotency.run({ operation, key: finalKey }, () => {
-        throw new IdempotencyFinalError({ reason: 'gone' }, 503);
+        throw new IdempotencyFinalException({ reason: 'gone' }, 503);
       }),
-    ).rejects.toBeInstanceOf(IdempotencyFinalError);
+    ).rejects.toBeInstanceOf(IdempotencyFinalException);
     await expect(idempotency.run({ operation, key: finalKey }, () => 'never')).rejects.toMatchObject({
       kind: 'replayed-failure',
       details: { status: 503 },

@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
 import { Idempotent, IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
-import { send, type HttpResult } from '../utils/http.js';
+import { send, type HttpResult } from '../support/http/send.js';
 
 /**
  * docs/contract.md B.3 rule 12a: every dimension resolved but left out of the scope goes into the

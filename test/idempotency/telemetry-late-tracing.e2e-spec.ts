@@ -4,9 +4,9 @@ import type { Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { IDEMPOTENCY_SPANS } from 'nestjs-idempotency/telemetry';
-import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
-import { send } from '../utils/http.js';
-import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';
+import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
+import { send } from '../support/http/send.js';
+import { startTracing, traceEveryRequest, type TestTracing } from '../support/tracing.js';
 
 const headers = { 'X-Tenant-ID': 'tenant-late-otel', 'X-User-ID': 'u1' };
 

@@ -5,11 +5,12 @@ import type { Server } from 'node:http';
 import { randomUUID } from 'node:crypto';
 import { IDEMPOTENCY_METRICS as M, IDEMPOTENCY_SPANS } from 'nestjs-idempotency/telemetry';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { startContractApp, type ContractApp } from '../fixtures/contract.app.js';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
-import { send, type SendOptions } from '../utils/http.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
-import { startTracing, traceEveryRequest, type TestTracing } from '../utils/tracing.js';
+import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { send, type SendOptions } from '../support/http/send.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { startTracing, traceEveryRequest, type TestTracing } from '../support/tracing.js';
+import { sleep } from '../support/timing.js';
 
 /** A reader the test collects from on demand (no export interval). */
 class OnDemandMetricReader extends MetricReader {
@@ -36,7 +37,6 @@ function pointsOf(resourceMetrics: ResourceMetrics): Point[] {
   );
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const headers = { 'X-Tenant-ID': 'tenant-otel', 'X-User-ID': 'u1' };
 
 describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {

@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { startContractApp, type ContractApp, type Platform } from '../fixtures/contract.app.js';
-import { DurableSwitchStore } from '../fixtures/durable-switch.store.js';
-import { send, sleep, type SendOptions } from '../utils/http.js';
-import { openIdempotencyDataSource } from '../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../utils/postgres.js';
+import { startContractApp, type ContractApp, type Platform } from '../support/apps/contract.app.js';
+import { DurableSwitchStore } from '../support/stores/durable-switch.store.js';
+import { send, type SendOptions } from '../support/http/send.js';
+import { sleep } from '../support/timing.js';
+import { openIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../support/servers/postgres.js';
 
 /**
  * `transactional: true` on a fixture route whose business write is one row in `effects`,

@@ -2,12 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import type { INestApplication } from '@nestjs/common';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { backends, type Backend } from '../e2e/support/backends.js';
-import { countForTenant } from '../e2e/support/orders-db.js';
-import { newTenant, orderBody } from '../e2e/support/orders-fixtures.js';
-import { send, sleep, type HttpResult } from '../utils/http.js';
-import { connectPostgresOrFail, queryTestDatabase, waitForLockWaiters } from '../utils/postgres.js';
-import { waitUntil } from '../utils/redis.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { countForTenant } from '../support/orders/orders-db.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
+import { send, type HttpResult } from '../support/http/send.js';
+import { sleep } from '../support/timing.js';
+import { connectPostgresOrFail, queryTestDatabase, waitForLockWaiters } from '../support/servers/postgres.js';
+import { waitUntil } from '../support/timing.js';
 import { sendLeavable } from './support/leavable-request.js';
 
 /**

@@ -7,7 +7,7 @@
 //      CommonJS, Nest 11 CommonJS, one on ioredis 6) install the tarball with the README's install
 //      command, type-check with skipLibCheck: false, start, and answer: first request 201, retry
 //      replayed (Idempotent-Replayed: true, same body), other body 422, on the memory store and on
-//      Redis (REDIS_URL, default redis://127.0.0.1:6379, under a key prefix of their own).
+//      Redis (TEST_REDIS_URL, default redis://127.0.0.1:6379, under a key prefix of their own).
 // Options: --node <binary> (repeatable) runs the apps and the require() check with those Node.js
 // binaries instead of this one (test/package/compat.mjs uses it); --keep keeps the temp folder.
 import { execFile, spawn } from 'node:child_process';
@@ -24,7 +24,7 @@ const run = promisify(execFile);
 const repoRoot = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const libraryDir = join(repoRoot, 'libs/idempotency');
 const requireFromRepo = createRequire(join(repoRoot, 'package.json'));
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const REDIS_URL = process.env.TEST_REDIS_URL ?? 'redis://127.0.0.1:6379';
 const npmCli = process.env.npm_execpath?.endsWith('.js') ? [process.execPath, process.env.npm_execpath] : ['npm'];
 
 const args = process.argv.slice(2);

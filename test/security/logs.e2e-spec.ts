@@ -1,9 +1,9 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { RecordingLogger } from '../e2e/support/recording-logger.js';
-import { startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
-import { send } from '../utils/http.js';
-import { startRedisServer, type ThrowawayRedis } from '../utils/redis.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { startSecurityApp, type SecurityApp } from '../support/apps/security.app.js';
+import { send } from '../support/http/send.js';
+import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 
 /**
  * Logs name records by their key hash, never by the raw `Idempotency-Key` (DESIGN "Operations").

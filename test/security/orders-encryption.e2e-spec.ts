@@ -1,10 +1,10 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { INestApplication } from '@nestjs/common';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
-import { backends, type Backend } from '../e2e/support/backends.js';
-import { newTenant, orderBody, PROBLEM_BASE } from '../e2e/support/orders-fixtures.js';
-import { send } from '../utils/http.js';
-import { queryTestDatabase } from '../utils/postgres.js';
+import { backends, type Backend } from '../support/orders/backends.js';
+import { newTenant, orderBody, PROBLEM_BASE } from '../support/orders/orders-fixtures.js';
+import { send } from '../support/http/send.js';
+import { queryTestDatabase } from '../support/servers/postgres.js';
 import { holding, rowsAsStoredBytes } from './support/stored-bytes.js';
 
 const [, withServers] = backends[0];

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { securityRecordId, startSecurityApp, type SecurityApp } from '../fixtures/security.app.js';
-import { send, type HttpResult, type SendOptions } from '../utils/http.js';
+import { securityRecordId, startSecurityApp, type SecurityApp } from '../support/apps/security.app.js';
+import { send, type HttpResult, type SendOptions } from '../support/http/send.js';
 import { openBackend, type Backend } from './support/backends.js';
 import { holding } from './support/stored-bytes.js';
 

@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../utils/postgres.js';
-import { startRedisServer } from '../utils/redis.js';
-import { startTcpProxy, type ChunkFault, type TcpProxy } from '../utils/tcp-proxy.js';
-import { startOrdersCluster, type OrdersCluster } from '../e2e/support/orders-cluster.js';
-import { newTenant, orderBody, type OrderBody } from '../e2e/support/orders-fixtures.js';
-import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from '../e2e/support/store-commands.js';
+import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import { startRedisServer } from '../support/servers/redis-server.js';
+import { startTcpProxy, type ChunkFault, type TcpProxy } from '../support/net/tcp-proxy.js';
+import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
+import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
+import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from '../support/net/store-commands.js';
+import { sleep } from '../support/timing.js';
 
 /**
  * The soak test of `POST /orders`: instances of the compiled service on one Redis and one
@@ -70,7 +71,6 @@ interface KeyState {
 
 type Answer = { kind: string; orderId?: string; retryAfterMs?: number; final: boolean; unexpected?: string };
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const pick = <T>(items: readonly T[]): T => items[Math.floor(Math.random() * items.length)];
 const between = (min: number, max: number) => min + Math.floor(Math.random() * (max - min + 1));
 

@@ -17,8 +17,10 @@ import type {
   ScopeResolver,
 } from './interfaces/idempotency-module-options.interface.js';
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
+import { outcomeUnknownResponse } from './errors/outcome-unknown.response.js';
+import type { StoredResponse } from './interfaces/idempotency-record.interface.js';
 import { IdempotencyCipher } from './security/idempotency-cipher.js';
-import { MAX_DURATION_MS } from './stores/memory-idempotency.store.js';
+import { MAX_DURATION_MS } from './stores/store-arguments.js';
 
 type Required2<T> = { [K in keyof T]-?: Exclude<T[K], undefined> };
 
@@ -46,6 +48,8 @@ export interface ResolvedModuleSettings {
   policyOptions: IdempotencyPolicyOptions;
   /** Seals stored responses, when `encryption` is configured. */
   cipher?: IdempotencyCipher;
+  /** The 500 problem the engine stores for a key whose outcome is unknown (`staleLock: 'fail'`). */
+  outcomeUnknownResponse: () => StoredResponse;
 }
 
 const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = {
@@ -83,15 +87,18 @@ const principalFromUser: ScopeResolver = (request: IdempotencyHttpRequest) => {
 /** Module-wide settings with their defaults. Called once, by the module's provider. */
 export function resolveModuleSettings(options: IdempotencyModuleOptions): ResolvedModuleSettings {
   const base = options.problemTypeBaseUri ?? DEFAULT_PROBLEM_TYPE_BASE_URI;
+  const problemTypeBaseUri = base.endsWith('/') ? base : `${base}/`;
+  const problemLanguage = options.problemLanguage ?? 'en';
   return {
     tenant: options.tenant,
     principal: options.principal ?? principalFromUser,
     anonymousScope: options.anonymousScope,
-    problemTypeBaseUri: base.endsWith('/') ? base : `${base}/`,
+    problemTypeBaseUri,
     docsUrl: options.docsUrl,
-    problemLanguage: options.problemLanguage ?? 'en',
+    problemLanguage,
     policyOptions: options,
     cipher: options.encryption ? new IdempotencyCipher(options.encryption) : undefined,
+    outcomeUnknownResponse: () => outcomeUnknownResponse(problemTypeBaseUri, problemLanguage),
   };
 }
 

@@ -21,24 +21,35 @@ export type {
   ScopeResolver,
 } from './interfaces/idempotency-module-options.interface.js';
 export type { ScopeDimension } from './engine/scoped-key.js';
-export type { KeySyntax } from './engine/idempotency-key.parser.js';
-export type { JsonFingerprintMode } from './engine/fingerprint.js';
+export type { KeySyntax } from './http/idempotency-key.parser.js';
+export type { JsonFingerprintMode } from './http/fingerprint/fingerprint.js';
 export type { IdempotencyEncryptionKey, IdempotencyEncryptionOptions } from './security/idempotency-cipher.js';
 
 // Routes: the decorators and what a handler sees
-export { Idempotent } from './decorators/idempotent.decorator.js';
+export { createIdempotentDecorator, Idempotent } from './decorators/idempotent.decorator.js';
 export { IdempotencyContext } from './decorators/idempotency-context.decorator.js';
 export { IdempotencyOutcome } from './decorators/idempotency-outcome.decorator.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
 export type { OutcomeOverride } from './engine/outcome-policy.js';
-export { IdempotencyInterceptor } from './interceptors/idempotency.interceptor.js';
-export { IdempotencyFinalError, IdempotencyTransientError } from './errors/idempotency-outcome.errors.js';
+export { IdempotencyInterceptor, type ResolvedScope } from './http/idempotency.interceptor.js';
+// What the interceptor's protected hooks take and return, for subclasses
+export type { ResolvedPolicy } from './idempotency.options.js';
+export type { ParsedKey } from './http/idempotency-key.parser.js';
+export type { ProblemOptions as IdempotencyProblemOptions } from './http/problem-responses.js';
+export {
+  IdempotencyFinalException,
+  IdempotencyTransientException,
+  IdempotencyFinalError,
+  IdempotencyTransientError,
+} from './errors/idempotency-outcome.exceptions.js';
 
 // Beyond HTTP: IdempotencyService.run()
-export { IdempotencyService, type RunRequest, type RunResult } from './engine/idempotency.service.js';
+export { IdempotencyService } from './engine/idempotency.service.js';
+export type { RunRequest, RunResult } from './engine/idempotency-engine.types.js';
 export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
 
 // Errors and the problem responses (RFC 9457)
+export { IdempotencyError } from './errors/idempotency.error.js';
 export { IdempotencyProblemException, type IdempotencyProblemKind, type ProblemDetails } from './errors/idempotency.exceptions.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export { IdempotencyScopeError } from './engine/scoped-key.js';

@@ -12,8 +12,8 @@ import { resolvePolicy } from '../src/idempotency.options.js';
 import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from 'nestjs-idempotency/typeorm';
-import { freePort } from '../../../test/utils/redis.js';
-import { RecordingLogger } from '../../../test/e2e/support/recording-logger.js';
+import { freePort } from '../../../test/support/net/free-port.js';
+import { RecordingLogger } from '../../../test/support/recording-logger.js';
 
 /**
  * `IdempotencyAdmin` over the memory fast tier and the TypeORM durable tier on sql.js: the

@@ -6,9 +6,9 @@ import { buildScopedKey } from '../src/engine/scoped-key.js';
 import { resolvePolicy } from '../src/idempotency.options.js';
 import { resolveModuleSettings } from '../src/idempotency.options.js';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { openIdempotencyDataSource } from '../../../test/utils/idempotency-data-source.js';
-import { createThrowawaySchema, dropSchema } from '../../../test/utils/postgres.js';
-import { RecordingLogger } from '../../../test/e2e/support/recording-logger.js';
+import { openIdempotencyDataSource } from '../../../test/support/servers/idempotency-data-source.js';
+import { createThrowawaySchema, dropSchema } from '../../../test/support/servers/postgres.js';
+import { RecordingLogger } from '../../../test/support/recording-logger.js';
 
 const FINGERPRINT = 'f'.repeat(43);
 const created: StoredResponse = { statusCode: 201, headers: { location: '/orders/1' }, body: Buffer.from('{"id":1}') };

@@ -3,17 +3,18 @@ import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { DataSource } from 'typeorm';
 import { IdempotencyService, MemoryIdempotencyStore, type ClaimResult, type IdempotencyStore } from 'nestjs-idempotency';
-import type { IdempotencyClaim } from '../src/engine/idempotency.service.js';
+import type { IdempotencyClaim } from '../src/engine/idempotency-claim.js';
 import { buildScopedKey, type ScopedKey } from '../src/engine/scoped-key.js';
 import { resolvePolicy, type ResolvedPolicy } from '../src/idempotency.options.js';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { IDEMPOTENCY_TYPEORM_ENTITIES, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { resolveModuleSettings } from '../src/idempotency.options.js';
-import { claimRequest, newId, sleep } from '../src/testing/durable-store-contract.js';
-import { openIdempotencyDataSource } from '../../../test/utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../../test/utils/postgres.js';
-import { deleteKeys, openRedis, redisUrl, waitUntil } from '../../../test/utils/redis.js';
-import { startTcpProxy, type TcpProxy } from '../../../test/utils/tcp-proxy.js';
+import { claimRequest, newId, sleep } from '../src/testing/contract-fixtures.js';
+import { openIdempotencyDataSource } from '../../../test/support/servers/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../../test/support/servers/postgres.js';
+import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
+import { waitUntil } from '../../../test/support/timing.js';
+import { startTcpProxy, type TcpProxy } from '../../../test/support/net/tcp-proxy.js';
 
 /**
  * Leases are judged by the servers' clocks and renewed tier by tier (DESIGN "The flow of one

@@ -8,17 +8,12 @@ import {
   decodeClaimReply,
   decodeFlagReply,
   decodeGetReply,
-} from '../src/redis/redis-idempotency.store.js';
+} from '../src/redis/redis-reply-codec.js';
 import { packResponse } from '../src/redis/response-packing.js';
-import {
-  deleteKeys,
-  freePort,
-  openRedis,
-  redisUrl,
-  startRedisCluster,
-  startRedisServer,
-  type ThrowawayRedisCluster,
-} from '../../../test/utils/redis.js';
+import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
+import { freePort } from '../../../test/support/net/free-port.js';
+import { startRedisCluster, type ThrowawayRedisCluster } from '../../../test/support/servers/redis-cluster.js';
+import { startRedisServer } from '../../../test/support/servers/redis-server.js';
 import {
   claimRequest,
   describeStoreContract,
@@ -27,7 +22,7 @@ import {
   newToken,
   sampleResponse,
 } from 'nestjs-idempotency/testing';
-import { sleep } from '../../../test/utils/http.js';
+import { sleep } from '../../../test/support/timing.js';
 
 /** Every key this run writes starts with it; the shared Redis is never flushed. */
 const RUN = `idem-stores-${randomBytes(4).toString('hex')}`;

@@ -9,8 +9,8 @@ import {
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../utils/postgres.js';
-import { deleteKeys, openRedis, redisUrl } from '../../utils/redis.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../support/servers/postgres.js';
+import { deleteKeys, openRedis, redisUrl } from '../../support/servers/redis.js';
 
 export type LayerBackendName = 'memory' | 'redis' | 'postgres-transactional';
 

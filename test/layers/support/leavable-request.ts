@@ -1,5 +1,5 @@
 import { request as httpRequest } from 'node:http';
-import type { HttpResult } from '../../utils/http.js';
+import type { HttpResult } from '../../support/http/send.js';
 
 /** A request whose client can leave (destroy its socket) at a moment the test picks. */
 export interface LeavableRequest {

@@ -4,9 +4,9 @@ import type { DataSource } from 'typeorm';
 import { MemoryIdempotencyStore, type IdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { openIdempotencyDataSource } from '../../utils/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../../utils/postgres.js';
-import { deleteKeys, openRedis, redisUrl } from '../../utils/redis.js';
+import { openIdempotencyDataSource } from '../../support/servers/idempotency-data-source.js';
+import { connectPostgresOrFail, createThrowawaySchema, dropSchema } from '../../support/servers/postgres.js';
+import { deleteKeys, openRedis, redisUrl } from '../../support/servers/redis.js';
 import { postgresStoredBytes, recordBytes, redisStoredBytes, type StoredBytes } from './stored-bytes.js';
 
 export type BackendName = 'memory' | 'redis' | 'postgres';

@@ -1,5 +1,5 @@
 import { Inject, Injectable, Logger, Optional } from '@nestjs/common';
-import { parseIdempotencyKey, type ParsedKey } from '../engine/idempotency-key.parser.js';
+import { parseIdempotencyKey, type ParsedKey } from '../http/idempotency-key.parser.js';
 import { buildScopedKey } from '../engine/scoped-key.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import { resolvePolicy, type ResolvedModuleSettings } from '../idempotency.options.js';

@@ -6,4 +6,4 @@
  */
 export { IdempotencyAdmin } from './idempotency-admin.service.js';
 export type * from './idempotency-admin.types.js';
-export type { ParsedKey } from '../engine/idempotency-key.parser.js';
+export type { ParsedKey } from '../http/idempotency-key.parser.js';

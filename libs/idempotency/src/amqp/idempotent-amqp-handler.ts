@@ -5,7 +5,8 @@ import type { ConsumerIdempotencyOptions } from '../consumers/idempotent-consume
 import { messageDisposition, type MessageDisposition } from '../consumers/message-disposition.js';
 import { UnparsableMessageError } from '../consumers/unparsable-message.js';
 import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
-import type { IdempotencyService, RunRequest } from '../engine/idempotency.service.js';
+import type { RunRequest } from '../engine/idempotency-engine.types.js';
+import type { IdempotencyService } from '../engine/idempotency.service.js';
 import { amqpMessageKey } from './amqp-message-key.js';
 import type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
 import { AmqpSettler } from './amqp-settler.js';
@@ -56,7 +57,7 @@ function parseJson(content: Buffer): any {
  * - a duplicate while the original runs: waits in the retry queue for the original's remaining
  *   lease, then comes back (and is acknowledged as a duplicate once the original completed);
  * - the handler fails: a failure the outcome policy stores (a 4xx `HttpException`,
- *   `IdempotencyFinalError`) is acknowledged, and later duplicates get it as `replayed-failure`;
+ *   `IdempotencyFinalException`) is acknowledged, and later duplicates get it as `replayed-failure`;
  *   a released one (any other error) is retried after a backoff, and dead-lettered
  *   (`attempts-exhausted`) after `maxAttempts`;
  * - poison (no key, a body `parse` refuses, a key reused with another payload): the dead-letter

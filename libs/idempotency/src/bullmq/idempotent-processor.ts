@@ -58,7 +58,7 @@ export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any
  *   dead run (on `transactional` runs its uncommitted writes were rolled back, so this is safe);
  * - `handler` fails: the error is rethrown and the outcome policy decides the key. A released
  *   failure (any plain error, a 5xx) lets BullMQ's retry (per `attempts` / `backoff`) run the
- *   handler again. A stored failure (a 4xx `HttpException`, `IdempotencyFinalError`) is replayed
+ *   handler again. A stored failure (a 4xx `HttpException`, `IdempotencyFinalException`) is replayed
  *   to every later delivery as an `UnrecoverableError`, which ends the retries;
  * - a job without a key, a key reused with another fingerprint, or an outcome that cannot be
  *   replayed: `UnrecoverableError`. A store that is down: the error is rethrown (retried per `attempts`).

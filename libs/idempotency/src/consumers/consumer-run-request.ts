@@ -1,4 +1,4 @@
-import type { RunRequest } from '../engine/idempotency.service.js';
+import type { RunRequest } from '../engine/idempotency-engine.types.js';
 import { IdempotentConsumerKeyError } from './idempotent-consumer-key.error.js';
 import type { ConsumerIdempotencyOptions } from './idempotent-consumer.options.js';
 

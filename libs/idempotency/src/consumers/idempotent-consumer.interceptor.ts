@@ -2,7 +2,8 @@ import { type CallHandler, type ExecutionContext, Injectable, type NestIntercept
 import { Reflector } from '@nestjs/core';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
 import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
-import { IdempotencyService, type RunRequest, type RunResult } from '../engine/idempotency.service.js';
+import type { RunRequest, RunResult } from '../engine/idempotency-engine.types.js';
+import { IdempotencyService } from '../engine/idempotency.service.js';
 import { consumerRunRequest } from './consumer-run-request.js';
 import { attachConsumerContext } from './idempotency-consumer-context.decorator.js';
 import { IdempotentConsumerHandler } from './idempotent-consumer.metadata.js';
@@ -21,7 +22,7 @@ import { UnparsableMessage, UnparsableMessageError } from './unparsable-message.
  *   (`retryable: true`, `details.retryAfterSeconds`) is thrown, so the transport hands it back
  *   for redelivery later (map it to your transport's retry signal with `mapError`);
  * - the handler fails: the module's outcome policy decides (a 5xx or any plain error releases
- *   the key, so the redelivery runs again; a 4xx `HttpException` or `IdempotencyFinalError` is
+ *   the key, so the redelivery runs again; a 4xx `HttpException` or `IdempotencyFinalException` is
  *   stored, and duplicates get it again as `replayed-failure`), and the error is rethrown.
  * With a `settlement` (RabbitMQ: `rmqSettlement()`), each message is also settled with its
  * broker as `messageDisposition()` says (ack, delayed redelivery, dead letter), and failures are

@@ -1,5 +1,5 @@
 import type { OutcomeOverride } from './outcome-policy.js';
-import type { IdempotencyClaim } from './idempotency.service.js';
+import type { IdempotencyClaim } from './idempotency-claim.js';
 import { derivedKey } from './scoped-key.js';
 
 /**

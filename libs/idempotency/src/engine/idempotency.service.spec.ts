@@ -4,7 +4,8 @@ import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotenc
 import { DurableIdempotencyStore, type DurableTransaction } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult } from '../stores/idempotency-store.js';
 import { MemoryIdempotencyStore } from '../stores/memory-idempotency.store.js';
-import { IdempotencyService, type HandlerOutcome } from './idempotency.service.js';
+import type { HandlerOutcome } from './idempotency-engine.types.js';
+import { IdempotencyService } from './idempotency.service.js';
 import { buildScopedKey } from './scoped-key.js';
 
 /**

@@ -7,7 +7,7 @@ export interface OutcomePolicy {
   storeClientErrors: boolean;
 }
 
-/** What the handler (or a thrown `IdempotencyFinalError` / `IdempotencyTransientError`) forced. */
+/** What the handler (or a thrown `IdempotencyFinalException` / `IdempotencyTransientException`) forced. */
 export type OutcomeOverride = 'store' | 'release';
 
 /**

@@ -1,3 +1,5 @@
+import { IdempotencyError } from './idempotency.error.js';
+
 /**
  * The claim a transaction was opened for no longer owns its record: its lease lapsed and another
  * request took it over (fencing). The transaction is rolled back, so its business writes never
@@ -5,9 +7,8 @@
  *
  * @publicApi
  */
-export class IdempotencyClaimLostError extends Error {
+export class IdempotencyClaimLostError extends IdempotencyError {
   constructor(readonly keyHash: string) {
     super(`The idempotency claim on key ${keyHash} was lost to a newer claim; its transaction was rolled back.`);
-    this.name = this.constructor.name;
   }
 }

@@ -1,3 +1,5 @@
+import { IdempotencyError } from './idempotency.error.js';
+
 /**
  * A stored record exists but its response cannot be read: it is encrypted under a key that is
  * not in the ring, its authentication tag does not verify (tampered, or moved from another
@@ -10,13 +12,12 @@
  *
  * @publicApi
  */
-export class IdempotencyRecordUnreadableError extends Error {
+export class IdempotencyRecordUnreadableError extends IdempotencyError {
   constructor(
     message: string,
     /** Why: the envelope's key id is not in the ring, it does not verify, or it is not encrypted. */
     readonly reason: 'unknown-key' | 'not-authentic' | 'malformed' | 'not-encrypted' | 'no-cipher',
   ) {
     super(message);
-    this.name = this.constructor.name;
   }
 }

@@ -1,3 +1,5 @@
+import { IdempotencyError } from './idempotency.error.js';
+
 /**
  * Why `IdempotencyService.run()` did not run the function nor return a replayed value:
  * - `key-reused`: the key was used with another fingerprint (a different message under the same id);
@@ -15,14 +17,13 @@
 export type IdempotencyRunErrorKind = 'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure' | 'result-unencodable';
 
 /** @publicApi */
-export class IdempotencyRunError extends Error {
+export class IdempotencyRunError extends IdempotencyError {
   constructor(
     readonly kind: IdempotencyRunErrorKind,
     message: string,
     readonly details: { retryAfterSeconds?: number; status?: number; body?: unknown } = {},
   ) {
     super(message);
-    this.name = this.constructor.name;
   }
 
   /** True when retrying later with the same key can succeed (`in-progress`). */

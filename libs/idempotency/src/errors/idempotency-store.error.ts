@@ -1,10 +1,12 @@
+import { IdempotencyError } from './idempotency.error.js';
+
 /**
  * A store could not be reached, or answered something this library cannot read. The engine
  * turns it into `503 idempotency-store-unavailable` (fail-closed) and never runs the handler.
  *
  * @publicApi
  */
-export class IdempotencyStoreError extends Error {
+export class IdempotencyStoreError extends IdempotencyError {
   constructor(
     message: string,
     /** Which tier failed. */
@@ -12,6 +14,5 @@ export class IdempotencyStoreError extends Error {
     options?: { cause?: unknown },
   ) {
     super(message, options);
-    this.name = this.constructor.name;
   }
 }

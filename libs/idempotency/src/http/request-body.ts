@@ -1,4 +1,4 @@
-import type { ParsedRequestBody } from '../engine/fingerprint.js';
+import type { ParsedRequestBody } from './fingerprint/fingerprint.js';
 import { digestUploadedFiles, uploadedFilesOf } from './uploaded-files.js';
 import { isUnread, readUnreadBody, type RequestStream } from './unread-body.js';
 

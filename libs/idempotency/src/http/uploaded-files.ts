@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import type { UploadedFileDigest } from '../engine/fingerprint.js';
+import type { UploadedFileDigest } from './fingerprint/fingerprint.js';
 
 /**
  * A file as multer (`@nestjs/platform-express`) and the multipart interceptors of

@@ -1,5 +1,5 @@
-import type { KeySyntax } from '../engine/idempotency-key.parser.js';
-import type { JsonFingerprintMode } from '../engine/fingerprint.js';
+import type { KeySyntax } from '../http/idempotency-key.parser.js';
+import type { JsonFingerprintMode } from '../http/fingerprint/fingerprint.js';
 import type { ScopeDimension } from '../engine/scoped-key.js';
 import type { IdempotencyEncryptionOptions } from '../security/idempotency-cipher.js';
 import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';

@@ -2,11 +2,8 @@
  * `nestjs-idempotency/redis`: the Redis fast tier. The only part of the library that imports
  * `ioredis`, so an application without Redis never loads it.
  */
-export {
-  REDIS_FAIL_FAST_OPTIONS,
-  RedisIdempotencyStore,
-  type RedisIdempotencyStoreOptions,
-} from './redis-idempotency.store.js';
+export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis-idempotency.store.js';
+export { REDIS_FAIL_FAST_OPTIONS } from './redis-connection.js';
 export { REDIS_STORE_SCRIPTS } from './redis-scripts.js';
 export {
   EventDeduplicator,

@@ -3,113 +3,15 @@
  * the server, touches exactly one key (`KEYS[1]`, the record: cluster-safe), and takes its clock
  * from `redis.call('TIME')`, so leases and expiry never depend on the application servers' clocks.
  *
- * Record value: one binary string per record, written and read only by these scripts. A hash
- * would be easier to read with `redis-cli`, but any field longer than `hash-max-listpack-value`
- * (64 bytes by default) turns it into a full hashtable: a completed record with a 300-byte body
- * and three headers costs 848 bytes of Redis memory (`MEMORY USAGE`, Redis 7.0) as a hash, and
- * 600 (short headers) to 728 (typical Express headers) as this string uncompressed; the store
- * compresses headers and body together when that is smaller (flag 8, `response-packing.ts`),
- * which brings a 300-byte JSON order to 408 (short headers) to 472 (typical Express headers).
- * Layout (big-endian, Lua `struct` format `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
- *
- * | bytes  | field                                                                     |
- * |--------|---------------------------------------------------------------------------|
- * | 1      | format version (1)                                                        |
- * | 1      | flags: 1 completed, 2 body omitted, 4 has a body, 8 packed (0 while in progress) |
- * | 4      | fencing token                                                             |
- * | 6 × 3  | createdAtMs, leaseExpiresAtMs, expiresAtMs (epoch ms of the Redis clock)  |
- * | 2      | status code (0 while in progress)                                         |
- * | 2 + n  | fingerprint                                                               |
- * | 2 + n  | owner token                                                               |
- * | 4 + n  | headers as compact JSON (empty while in progress, and when packed)        |
- * | rest   | body bytes, exactly as captured; packed: headers and body compressed      |
- *
- * The key carries a Redis expiry at `expiresAtMs` (PEXPIREAT), so Redis removes records by
- * itself; the scripts still treat `expiresAtMs <= now` as absent (docs/contract.md B.10 rule 30).
- *
- * Record reply (`<record>` below): ten elements, in this order: flags, fencingToken,
- * createdAtMs, leaseExpiresAtMs, expiresAtMs, statusCode (integers), fingerprint, ownerToken,
- * headers JSON, body (bulk strings).
- *
- * Errors: a key that holds anything these scripts did not write (another type, a truncated or
- * foreign value, an unknown format version) answers the error `IDEMPOTENCY_UNREADABLE <key>:
- * <why>`, and the scripts never overwrite it: the store fails closed.
+ * Each script starts with `PRELUDE` (redis-record-format.ts): the record value layout, the
+ * `<record>` reply and the `IDEMPOTENCY_UNREADABLE` error below are documented there.
  *
  * `complete`, `release` and a successful `takeOver` PUBLISH `completed`, `released` or
  * `taken-over` on the channel passed in ARGV, so waiters in any process wake up.
+ *
+ * `SCRIPT_COMMANDS` (at the end) names the ioredis command each script is registered as.
  */
-
-/** Helpers shared by every script (prepended to each one; scripts define no globals). */
-const PRELUDE = `
-local RECORD = '>BBI4I6I6I6I2I2c0I2c0I4c0'
-local VERSION = 1
-local COMPLETED = 1
-local HAS_BODY = 4
-local PACKED = 8
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function unreadable(key, why)
-  return 'IDEMPOTENCY_UNREADABLE ' .. key .. ': ' .. why
-end
-
--- The live record of key; false when absent or expired; nil and a message when unreadable.
-local function load(key, now)
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' and raw.err then
-    return nil, unreadable(key, 'the key does not hold a string (' .. raw.err .. ')')
-  end
-  if not raw then
-    return false
-  end
-  local ok, version, flags, fencing, created, lease, expires, status, fp, owner, headers, pos =
-    pcall(struct.unpack, RECORD, raw)
-  if not ok then
-    return nil, unreadable(key, 'the value is not a record (' .. tostring(version) .. ')')
-  end
-  if version ~= VERSION then
-    return nil, unreadable(key, 'unknown record format version ' .. version)
-  end
-  local body = string.sub(raw, pos)
-  if flags > 15 or (flags ~= 0 and flags % 2 == 0) or fencing < 1
-      or (bit.band(flags, HAS_BODY + PACKED) == 0 and #body > 0)
-      or (bit.band(flags, PACKED) ~= 0 and #headers > 0) then
-    return nil, unreadable(key, 'inconsistent record fields')
-  end
-  if expires <= now then
-    return false
-  end
-  return { flags = flags, fencing = fencing, created = created, lease = lease, expires = expires,
-    status = status, fp = fp, owner = owner, headers = headers, body = body }
-end
-
-local function save(key, r)
-  redis.call('SET', key, struct.pack(RECORD, VERSION, r.flags, r.fencing, r.created, r.lease,
-    r.expires, r.status, #r.fp, r.fp, #r.owner, r.owner, #r.headers, r.headers) .. r.body)
-  redis.call('PEXPIREAT', key, r.expires)
-end
-
-local function fresh(owner, fp, now, lease_ms, ttl_ms)
-  return { flags = 0, fencing = 1, created = now, lease = now + lease_ms, expires = now + ttl_ms,
-    status = 0, fp = fp, owner = owner, headers = '', body = '' }
-end
-
-local function record_reply(r)
-  return { r.flags, r.fencing, r.created, r.lease, r.expires, r.status, r.fp, r.owner, r.headers, r.body }
-end
-
-local function claim_reply(kind, now, r)
-  return { kind, now, r.flags, r.fencing, r.created, r.lease, r.expires, r.status, r.fp, r.owner,
-    r.headers, r.body }
-end
-
-local function owned_in_progress(r, owner)
-  return r and r.flags == 0 and r.owner == owner
-end
-`;
+import { PRELUDE } from './redis-record-format.js';
 
 /**
  * `claim`: creates an `in_progress` record (fencing token 1) when the key is absent or expired.
@@ -350,3 +252,23 @@ export const REDIS_STORE_SCRIPTS = Object.freeze({
   listInProgress: IN_PROGRESS_SCRIPT,
   forceDelete: FORCE_DELETE_SCRIPT,
 });
+
+/** The ioredis command each script is registered as (`defineCommand`, one key each). @internal */
+export const SCRIPT_COMMANDS = {
+  idempotencyClaim: CLAIM_SCRIPT,
+  idempotencyTakeOver: TAKE_OVER_SCRIPT,
+  idempotencyComplete: COMPLETE_SCRIPT,
+  idempotencyRelease: RELEASE_SCRIPT,
+  idempotencyExtend: EXTEND_SCRIPT,
+  idempotencyGet: GET_SCRIPT,
+  idempotencyRestore: RESTORE_SCRIPT,
+  idempotencyInProgress: IN_PROGRESS_SCRIPT,
+  idempotencyForceDelete: FORCE_DELETE_SCRIPT,
+} as const;
+
+type Arg = string | Buffer | number;
+type Send = (key: string, ...args: Arg[]) => Promise<unknown>;
+/** The commands `defineCommand` adds; the `Buffer` variants answer bulk strings as Buffers. @internal */
+export type ScriptCommands = { [Name in keyof typeof SCRIPT_COMMANDS]: Send } & {
+  [Name in keyof typeof SCRIPT_COMMANDS as `${Name}Buffer`]: Send;
+};

@@ -10,15 +10,16 @@ import {
   type Tracer,
   type TracerProvider,
 } from '@opentelemetry/api';
+import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import type {
   BeginRequest,
   BeginResult,
   Execution,
   FinishResult,
   HandlerOutcome,
-  IdempotencyClaim,
   RunRequest,
-} from '../engine/idempotency.service.js';
+  TelemetryLabels,
+} from '../engine/idempotency-engine.types.js';
 import type { ScopedKey } from '../engine/scoped-key.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
@@ -31,19 +32,6 @@ import {
 import { createInstruments, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
 import { formatLogLine, type LogFieldValue } from './log-line.js';
-
-/**
- * Who a key belongs to and what it protects, for metrics, spans and logs only (never part of the
- * record's identity). The operation is a route template or a consumer name, so it is safe as a
- * metric attribute; the tenant goes into spans and logs, never into metric attributes.
- *
- * @publicApi
- */
-export interface TelemetryLabels {
-  operation: string;
-  tenant?: string;
-}
-
 
 const UNKNOWN_OPERATION = 'unknown';
 

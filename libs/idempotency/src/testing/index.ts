@@ -14,16 +14,8 @@
  * @publicApi
  */
 export type { ContractTestRunner } from './contract-runner.js';
-export {
-  describeStoreContract,
-  claimRequest,
-  newFingerprint,
-  newId,
-  newToken,
-  NON_UTF8_BODY,
-  sampleResponse,
-  type StoreUnderTest,
-} from './store-contract.js';
+export { describeStoreContract, type StoreUnderTest } from './store-contract.js';
+export { claimRequest, newFingerprint, newId, newToken, NON_UTF8_BODY, sampleResponse } from './contract-fixtures.js';
 export {
   describeDurableStoreContract,
   ROW_DAMAGES,

@@ -1,5 +1,6 @@
 import type { ClaimRequest, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
 import { expect } from './contract-expect.js';
+import { sleep } from './contract-fixtures.js';
 
 /** The inspection methods both store contracts share (`IdempotencyStore`, `DurableIdempotencyStore`). */
 interface InspectableStore {
@@ -24,8 +25,6 @@ export interface RecordWriter {
   claimed(key: string, overrides?: Partial<ClaimRequest>): Promise<unknown>;
   completed(key: string): Promise<unknown>;
 }
-
-const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * `listInProgress` answers the live in-progress records at least `olderThanMs` old by the

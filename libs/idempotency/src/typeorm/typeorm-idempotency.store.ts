@@ -1,26 +1,30 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
+/**
+ * `TypeOrmIdempotencyStore`: the durable-tier contract on TypeORM. Its SQL, DataSource handling,
+ * sql.js queue and row codec live beside it (idempotency-records.sql.ts,
+ * idempotency-records.connection.ts, sqljs-exclusive-queue.ts, idempotency-record.codec.ts).
+ */
 import type { DataSource, QueryRunner } from 'typeorm';
-import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
-import type {
-  IdempotencyRecord,
-  IdempotencyRecordState,
-  StoredResponse,
-} from '../interfaces/idempotency-record.interface.js';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import { DurableIdempotencyStore, type DurableTransaction } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
+import { checkDuration, checkForceDeleteScope, checkListArguments } from '../stores/store-arguments.js';
 import {
-  checkClaimRequest,
-  checkDuration,
-  checkForceDeleteScope,
-  checkListArguments,
-  checkResponse,
-} from '../stores/memory-idempotency.store.js';
-import {
-  IDEMPOTENCY_RECORDS_TABLE,
-  isSupportedDataSourceType,
-  unsupportedDataSourceType,
-} from './idempotency-record.entity.js';
+  affectedRows,
+  changedOne,
+  checkKey,
+  checkRequest,
+  checkStoredResponse,
+  checkToken,
+  decodeRecord,
+  integer,
+  readableEntry,
+  single,
+  type Row,
+} from './idempotency-record.codec.js';
+import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
+import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
+import { exclusiveSectionFor } from './sqljs-exclusive-queue.js';
 
 /**
  * Options of {@link TypeOrmIdempotencyStore}.
@@ -56,154 +60,12 @@ export interface TypeOrmIdempotencyStoreOptions {
 }
 
 const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
-/** Column lengths of the table (`varchar(64)`): SQLite does not enforce them, so the store does. */
-const MAX_TEXT_LENGTH = 64;
 /**
  * A claim reads the row after its insert found one; a concurrent release or reaper may delete it
  * in between, and a concurrent claim may replace it. Each of those is a retry; this many in a
  * row means something keeps rewriting the row, and the claim gives up with a store error.
  */
 const MAX_CLAIM_ATTEMPTS = 5;
-/** PostgreSQL SQLSTATE `lock_not_available`, raised when `lock_timeout` elapses. */
-const LOCK_NOT_AVAILABLE = '55P03';
-
-const IN_PROGRESS: IdempotencyRecordState = 'in_progress';
-const COMPLETED: IdempotencyRecordState = 'completed';
-
-/** Columns of a record, in the order every SELECT and RETURNING lists them. */
-const RECORD_COLUMNS = [
-  'state',
-  'fingerprint',
-  'owner_token',
-  'fencing_token',
-  'created_at_ms',
-  'lease_expires_at_ms',
-  'expires_at_ms',
-  'response_status',
-  'response_headers',
-  'response_body',
-  'response_body_omitted',
-].join(', ');
-
-type Dialect = 'postgres' | 'sqlite';
-type Row = Record<string, unknown>;
-
-/** The statements of one dialect, with the table's qualified name filled in. */
-interface Statements {
-  readonly insert: string;
-  readonly replaceExpired: string;
-  readonly takeOver: string;
-  readonly select: string;
-  readonly selectLive: string;
-  readonly lockOwned: string;
-  readonly complete: string;
-  readonly release: string;
-  readonly extend: string;
-  readonly deleteExpired: string;
-  readonly listInProgress: string;
-  readonly forceDeleteInProgress: string;
-  readonly forceDeleteAny: string;
-}
-
-/**
- * The database's clock in epoch ms, one value per statement, so that leases and expiry never
- * depend on the clocks of the application's hosts (as the Redis store uses `TIME`): a node whose
- * clock runs ahead cannot judge a live lease dead. PostgreSQL: `statement_timestamp()` is stable
- * within a statement and advances with each statement of a transaction (`now()` would stay at the
- * transaction's start, so a renewal inside `transaction()` would not move the lease). SQLite:
- * `'now'` is fixed within one step of a statement; under sql.js it is the process clock, as the
- * database lives in the process.
- */
-const DATABASE_NOW_MS: Record<Dialect, string> = {
-  postgres: '(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint',
-  sqlite: "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
-};
-
-/**
- * Writes the statements once, with PostgreSQL's `$n` placeholders and `{now}` for the database's
- * clock; for SQLite the placeholders become `?n` (numbered, so a parameter used twice or out of
- * order binds the same value on both). Every time comparison and every time written is `{now}`
- * (plus a duration); a statement whose caller needs the clock it decided by returns it as `now_ms`.
- */
-function statementsFor(dialect: Dialect, table: string): Statements {
-  const rowLocks = dialect === 'postgres';
-  const statements: Statements = {
-    insert:
-      `INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms, ` +
-      'lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted) ' +
-      `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
-      `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`,
-    replaceExpired:
-      `UPDATE ${table} SET state = '${IN_PROGRESS}', fingerprint = $2, owner_token = $3, ` +
-      'fencing_token = fencing_token + 1, created_at_ms = {now}, lease_expires_at_ms = {now} + $4, expires_at_ms = {now} + $5, ' +
-      'response_status = NULL, response_headers = NULL, response_body = NULL, response_body_omitted = FALSE ' +
-      `WHERE "key" = $1 AND expires_at_ms <= {now} RETURNING ${RECORD_COLUMNS}`,
-    takeOver:
-      `UPDATE ${table} SET owner_token = $3, fingerprint = $4, fencing_token = fencing_token + 1, ` +
-      'lease_expires_at_ms = {now} + $5, expires_at_ms = {now} + $6 ' +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' ` +
-      `AND lease_expires_at_ms <= {now} AND expires_at_ms > {now} RETURNING ${RECORD_COLUMNS}`,
-    select: `SELECT ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} WHERE "key" = $1`,
-    selectLive: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE "key" = $1 AND expires_at_ms > {now}`,
-    lockOwned:
-      `SELECT ${RECORD_COLUMNS} FROM ${table} ` +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}` +
-      (rowLocks ? ' FOR UPDATE' : ''),
-    complete:
-      `UPDATE ${table} SET state = '${COMPLETED}', response_status = $3, response_headers = $4, ` +
-      'response_body = $5, response_body_omitted = $6 ' +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
-    release:
-      `DELETE FROM ${table} ` +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
-    extend:
-      // A live claim outlives its TTL: the row must not expire under a running handler.
-      `UPDATE ${table} SET lease_expires_at_ms = {now} + $3, ` +
-      'expires_at_ms = CASE WHEN expires_at_ms < {now} + $3 THEN {now} + $3 ELSE expires_at_ms END ' +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
-    // SKIP LOCKED: instances reaping at once each take rows nobody else holds, and none waits
-    // for a row a live transaction() has locked. $1 NULL: expired by the database's clock.
-    deleteExpired:
-      `DELETE FROM ${table} WHERE "key" IN (SELECT "key" FROM ${table} ` +
-      'WHERE expires_at_ms <= COALESCE(CAST($1 AS BIGINT), {now}) ' +
-      `ORDER BY expires_at_ms LIMIT $2${rowLocks ? ' FOR UPDATE SKIP LOCKED' : ''})`,
-    // Served by the (state, created_at_ms) index.
-    listInProgress:
-      `SELECT "key", ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} ` +
-      `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= {now} - $1 AND expires_at_ms > {now} ORDER BY created_at_ms LIMIT $2`,
-    forceDeleteInProgress:
-      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
-    forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
-  };
-  const now = DATABASE_NOW_MS[dialect];
-  return Object.fromEntries(
-    Object.entries(statements).map(([name, sql]) => {
-      const timed = sql.replaceAll('{now}', now);
-      return [name, dialect === 'postgres' ? timed : timed.replace(/\$(\d+)/g, '?$1')];
-    }),
-  ) as unknown as Statements;
-}
-
-/**
- * A queue of exclusive sections: one section runs at a time, in call order. A call made from
- * inside a running section (same async context) runs at once, so work inside `transaction()`
- * may use the store. A section's context is closed when it ends: a timer it started that fires
- * later waits in line like everyone else.
- */
-class ExclusiveQueue {
-  private readonly section = new AsyncLocalStorage<{ open: boolean }>();
-  private tail: Promise<unknown> = Promise.resolve();
-
-  run<T>(work: () => Promise<T>): Promise<T> {
-    if (this.section.getStore()?.open) return work();
-    const context = { open: true };
-    const run = this.tail.then(() => this.section.run(context, work)).finally(() => {
-      context.open = false;
-    });
-    this.tail = run.catch(() => undefined);
-    return run;
-  }
-}
 
 /**
  * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, or SQLite
@@ -248,16 +110,8 @@ class ExclusiveQueue {
  * @publicApi
  */
 export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
-  private readonly dialect: Dialect;
-  private readonly lockTimeoutMs: number;
-  private readonly exclusive: <T>(work: () => Promise<T>) => Promise<T>;
-  /** Transactions opened by `transaction()` whose `work` has not settled yet, with their runner. */
-  private readonly openTransactions = new WeakMap<DurableTransaction, QueryRunner>();
-  /** The same runners by claim (`key`, owner token): the owner's heartbeat renews through them. */
-  private readonly claimsInTransaction = new Map<string, QueryRunner>();
-  /** Built on first use: on PostgreSQL the schema is known once the DataSource is connected. */
-  private statements?: Statements;
-
+  /** Runs the statements on the DataSource: operations, transactions, lock waits, failures. */
+  private readonly db: IdempotencyRecordsConnection;
   /**
    * @param dataSource the application's DataSource (`postgres` or `sqljs`). It may still be
    *   uninitialized when the store is created; operations need it initialized.
@@ -270,34 +124,27 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     super();
     const type = dataSource.options.type;
     if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
-    this.dialect = type === 'postgres' ? 'postgres' : 'sqlite';
+    const dialect = type === 'postgres' ? 'postgres' : 'sqlite';
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     checkDuration('lockTimeoutMs', lockTimeoutMs);
-    this.lockTimeoutMs = lockTimeoutMs;
     if (options.runExclusive !== undefined && typeof options.runExclusive !== 'function') {
       throw new TypeError('runExclusive must be a function');
     }
-    if (this.dialect === 'postgres') {
-      this.exclusive = (work) => work();
-    } else if (options.runExclusive) {
-      this.exclusive = options.runExclusive;
-    } else {
-      const queue = new ExclusiveQueue();
-      this.exclusive = (work) => queue.run(work);
-    }
+    const exclusive = exclusiveSectionFor(dialect, options.runExclusive);
+    this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive);
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     checkKey(key);
     checkRequest(request);
-    return this.operation('claim', (runner) => this.acquire(runner, key, request, undefined));
+    return this.db.operation('claim', (runner) => this.acquire(runner, key, request, undefined));
   }
 
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
     checkKey(key);
     checkToken('expectedOwnerToken', expectedOwnerToken);
     checkRequest(request);
-    return this.operation('takeOver', (runner) => this.acquire(runner, key, request, expectedOwnerToken));
+    return this.db.operation('takeOver', (runner) => this.acquire(runner, key, request, expectedOwnerToken));
   }
 
   /**
@@ -319,31 +166,31 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       response.statusCode,
       JSON.stringify(response.headers),
       response.body === undefined ? null : response.body,
-      this.boolean(response.bodyOmitted === true),
+      this.db.boolean(response.bodyOmitted === true),
     ];
     if (transaction === undefined) {
-      return this.operation('complete', async (runner) =>
-        changedOne(await this.run(runner, this.sql.complete, params)),
+      return this.db.operation('complete', async (runner) =>
+        changedOne(await this.db.run(runner, this.db.sql.complete, params)),
       );
     }
-    const runner = this.openTransactions.get(transaction);
+    const runner = this.db.runnerOf(transaction);
     if (!runner) {
       throw new TypeError(
         'complete() was given a transaction that is not open: pass the one transaction() gave to its work, before work settles',
       );
     }
     try {
-      return changedOne(await this.run(runner, this.sql.complete, params));
+      return changedOne(await this.db.run(runner, this.db.sql.complete, params));
     } catch (error) {
-      throw this.failure('complete', error);
+      throw this.db.failure('complete', error);
     }
   }
 
   async release(key: string, ownerToken: string): Promise<boolean> {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
-    return this.operation('release', async (runner) =>
-      changedOne(await this.run(runner, this.sql.release, [key, ownerToken])),
+    return this.db.operation('release', async (runner) =>
+      changedOne(await this.db.run(runner, this.db.sql.release, [key, ownerToken])),
     );
   }
 
@@ -358,20 +205,20 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkToken('ownerToken', ownerToken);
     checkDuration('leaseMs', leaseMs);
     const renew = async (runner: QueryRunner): Promise<boolean> =>
-      changedOne(await this.run(runner, this.sql.extend, [key, ownerToken, leaseMs]));
-    const held = this.claimsInTransaction.get(claimId(key, ownerToken));
-    if (!held) return this.operation('extend', renew);
+      changedOne(await this.db.run(runner, this.db.sql.extend, [key, ownerToken, leaseMs]));
+    const held = this.db.runnerHolding(key, ownerToken);
+    if (!held) return this.db.operation('extend', renew);
     try {
       return await renew(held);
     } catch (error) {
-      throw this.failure('extend', error);
+      throw this.db.failure('extend', error);
     }
   }
 
   async get(key: string): Promise<IdempotencyRecord | undefined> {
     checkKey(key);
-    return this.operation('get', async (runner) => {
-      const rows = (await this.run(runner, this.sql.selectLive, [key])).records;
+    return this.db.operation('get', async (runner) => {
+      const rows = (await this.db.run(runner, this.db.sql.selectLive, [key])).records;
       return rows.length === 0 ? undefined : decodeRecord(single(rows));
     });
   }
@@ -387,7 +234,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     if (typeof work !== 'function') throw new TypeError('work must be a function');
-    return this.exclusive(() => this.runTransaction(key, ownerToken, work));
+    return this.db.transaction(key, ownerToken, work);
   }
 
   /**
@@ -402,16 +249,16 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     if (nowMs !== undefined && (!Number.isSafeInteger(nowMs) || nowMs < 0)) {
       throw new RangeError(`nowMs must be a non-negative integer (epoch ms), got ${nowMs}`);
     }
-    return this.operation('deleteExpired', async (runner) =>
-      affectedRows(await this.run(runner, this.sql.deleteExpired, [nowMs ?? null, batchSize])),
+    return this.db.operation('deleteExpired', async (runner) =>
+      affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
     );
   }
 
   /** Oldest first, through the `(state, created_at_ms)` index. A row it cannot read is skipped (`get` of it says why). */
   override async listInProgress(olderThanMs: number, limit: number): Promise<InProgressEntry[]> {
     checkListArguments(olderThanMs, limit);
-    return this.operation('listInProgress', async (runner) => {
-      const rows = (await this.run(runner, this.sql.listInProgress, [olderThanMs, limit])).records as Row[];
+    return this.db.operation('listInProgress', async (runner) => {
+      const rows = (await this.db.run(runner, this.db.sql.listInProgress, [olderThanMs, limit])).records as Row[];
       return rows.flatMap((row) => {
         const entry = readableEntry(row);
         return entry ? [entry] : [];
@@ -427,15 +274,15 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   override async forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
     checkKey(key);
     checkForceDeleteScope(scope);
-    return this.operation('forceDelete', async (runner) => {
+    return this.db.operation('forceDelete', async (runner) => {
       const deleted =
         scope === 'any'
-          ? await this.writeWaitingForLock(runner, this.sql.forceDeleteAny, [key])
-          : await this.writeWaitingForLock(runner, this.sql.forceDeleteInProgress, [key]);
+          ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
+          : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
       if (deleted === 'locked') {
         throw new IdempotencyStoreError(
-          `Durable idempotency store (${this.dialect}): forceDelete of ${key} waited ${this.lockTimeoutMs} ms for the ` +
-            'row lock of a running transaction: its handler is still at work. Retry once it has finished.',
+          `Durable idempotency store (${this.db.dialect}): forceDelete of ${key} waited ${this.db.lockTimeoutMs} ms ` +
+            'for the row lock of a running transaction: its handler is still at work. Retry once it has finished.',
           'durable',
         );
       }
@@ -452,7 +299,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   ): Promise<ClaimResult> {
     for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt += 1) {
       if (expectedOwnerToken !== undefined) {
-        const taken = await this.writeWaitingForLock(runner, this.sql.takeOver, [
+        const taken = await this.db.writeWaitingForLock(runner, this.db.sql.takeOver, [
           key,
           expectedOwnerToken,
           request.ownerToken,
@@ -468,348 +315,28 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
         if (taken.length > 0) return { kind: 'claimed', record: decodeRecord(single(taken)) };
       }
       const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
-      const inserted = (await this.run(runner, this.sql.insert, claimParams)).records;
+      const inserted = (await this.db.run(runner, this.db.sql.insert, claimParams)).records;
       if (inserted.length > 0) return { kind: 'claimed', record: decodeRecord(single(inserted)) };
       const current = await this.read(runner, key);
       if (!current) continue;
       if (current.record.expiresAtMs > current.nowMs) return { kind: 'existing', ...current };
-      const replaced = await this.writeWaitingForLock(runner, this.sql.replaceExpired, claimParams);
+      const replaced = await this.db.writeWaitingForLock(runner, this.db.sql.replaceExpired, claimParams);
       // An expired row locked by a live transaction: its owner is still at work, as in takeOver.
       if (replaced === 'locked') return { kind: 'existing', ...current };
       if (replaced.length > 0) return { kind: 'claimed', record: decodeRecord(single(replaced)) };
     }
     throw new IdempotencyStoreError(
-      `Durable idempotency store (${this.dialect}): a claim did not settle after ${MAX_CLAIM_ATTEMPTS} attempts ` +
+      `Durable idempotency store (${this.db.dialect}): a claim did not settle after ${MAX_CLAIM_ATTEMPTS} attempts ` +
         'because the row kept changing under it; retry the request.',
       'durable',
     );
   }
 
-  /**
-   * A guarded UPDATE that may meet the row lock of a live `transaction()`. On PostgreSQL it runs
-   * in a short transaction whose `lock_timeout` is `lockTimeoutMs`, and answers 'locked' when the
-   * lock is not granted in time; on SQLite there are no row locks to meet.
-   */
-  private async writeWaitingForLock(runner: QueryRunner, sql: string, params: unknown[]): Promise<Row[] | 'locked'> {
-    if (this.dialect !== 'postgres') return (await this.run(runner, sql, params)).records;
-    await runner.startTransaction();
-    try {
-      // SET takes no parameters; lockTimeoutMs is a validated integer.
-      await runner.query(`SET LOCAL lock_timeout = '${this.lockTimeoutMs}ms'`);
-      const rows = (await this.run(runner, sql, params)).records;
-      await runner.commitTransaction();
-      return rows;
-    } catch (error) {
-      await rollbackQuietly(runner);
-      if (sqlState(error) === LOCK_NOT_AVAILABLE) return 'locked';
-      throw error;
-    }
-  }
-
   /** The row as it is, expired or not, with the database's clock at the read. */
   private async read(runner: QueryRunner, key: string): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
-    const rows = (await this.run(runner, this.sql.select, [key])).records;
+    const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
     if (rows.length === 0) return undefined;
     const row = single(rows);
     return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
   }
-
-  private async runTransaction<T>(
-    key: string,
-    ownerToken: string,
-    work: (transaction: DurableTransaction) => Promise<T>,
-  ): Promise<T> {
-    const runner = this.connect('transaction');
-    let result: T;
-    try {
-      try {
-        await runner.startTransaction();
-        const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken])).records;
-        if (rows.length === 0) throw new IdempotencyClaimLostError(key);
-        decodeRecord(single(rows));
-      } catch (error) {
-        await rollbackQuietly(runner);
-        throw this.failure('transaction', error);
-      }
-      const transaction: DurableTransaction = Object.freeze({ manager: runner.manager });
-      const claim = claimId(key, ownerToken);
-      this.openTransactions.set(transaction, runner);
-      this.claimsInTransaction.set(claim, runner);
-      try {
-        result = await work(transaction);
-      } catch (error) {
-        this.openTransactions.delete(transaction);
-        this.claimsInTransaction.delete(claim);
-        await rollbackQuietly(runner);
-        throw error;
-      }
-      this.openTransactions.delete(transaction);
-      this.claimsInTransaction.delete(claim);
-      try {
-        await runner.commitTransaction();
-      } catch (error) {
-        await rollbackQuietly(runner);
-        throw this.failure('transaction commit', error);
-      }
-    } catch (error) {
-      await releaseQuietly(runner);
-      throw error;
-    }
-    try {
-      await runner.release();
-    } catch (error) {
-      throw this.failure('transaction commit', error);
-    }
-    return result;
-  }
-
-  /**
-   * Runs one operation in the exclusive section (SQLite) on a query runner of its own (a pooled
-   * connection on PostgreSQL), and turns every failure into an `IdempotencyStoreError`.
-   */
-  private operation<T>(name: string, work: (runner: QueryRunner) => Promise<T>): Promise<T> {
-    return this.exclusive(async () => {
-      const runner = this.connect(name);
-      let result: T;
-      try {
-        result = await work(runner);
-      } catch (error) {
-        await releaseQuietly(runner);
-        throw this.failure(name, error);
-      }
-      try {
-        // On sql.js, releasing is when a file-backed database is saved (autoSave).
-        await runner.release();
-      } catch (error) {
-        throw this.failure(name, error);
-      }
-      return result;
-    });
-  }
-
-  private connect(operation: string): QueryRunner {
-    if (!this.dataSource.isInitialized) {
-      throw new IdempotencyStoreError(
-        `Durable idempotency store (${this.dialect}): ${operation} failed: the DataSource is not initialized ` +
-          '(or was destroyed). Initialize it before the application serves requests.',
-        'durable',
-      );
-    }
-    try {
-      return this.dataSource.createQueryRunner();
-    } catch (error) {
-      throw this.failure(operation, error);
-    }
-  }
-
-  private get sql(): Statements {
-    if (!this.statements) {
-      const driver = this.dataSource.driver;
-      const schema = this.dialect === 'postgres' ? driver.schema : undefined;
-      const table = (schema ? [schema, IDEMPOTENCY_RECORDS_TABLE] : [IDEMPOTENCY_RECORDS_TABLE])
-        .map((part) => driver.escape(part))
-        .join('.');
-      this.statements = statementsFor(this.dialect, table);
-    }
-    return this.statements;
-  }
-
-  private run(runner: QueryRunner, sql: string, params: unknown[]) {
-    return runner.query(sql, params, true);
-  }
-
-  /** PostgreSQL binds a JS boolean; sql.js is given 0 / 1, which is what SQLite stores. */
-  private boolean(value: boolean): boolean | number {
-    return this.dialect === 'postgres' ? value : Number(value);
-  }
-
-  private failure(operation: string, error: unknown): Error {
-    if (error instanceof IdempotencyStoreError || error instanceof IdempotencyClaimLostError) return error;
-    const cause = error instanceof Error ? error.message : String(error);
-    const missingTable =
-      sqlState(error) === '42P01' || /no such table/i.test(cause)
-        ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
-        : '';
-    return new IdempotencyStoreError(
-      `Durable idempotency store (${this.dialect}): ${operation} failed: ${cause}.${missingTable} ` +
-        'Make sure the database is reachable.',
-      'durable',
-      { cause: error },
-    );
-  }
-}
-
-function claimId(key: string, ownerToken: string): string {
-  return `${key}\u0000${ownerToken}`;
-}
-
-function checkText(name: string, value: unknown): void {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new TypeError(`${name} must be a non-empty string`);
-  }
-  if (value.length > MAX_TEXT_LENGTH) {
-    throw new RangeError(`${name} must be at most ${MAX_TEXT_LENGTH} characters, got ${value.length}`);
-  }
-}
-
-function checkKey(key: string): void {
-  checkText('key (the scoped key id)', key);
-}
-
-function checkToken(name: string, token: string): void {
-  checkText(name, token);
-}
-
-function checkRequest(request: ClaimRequest): void {
-  checkClaimRequest(request);
-  checkText('ownerToken', request.ownerToken);
-  checkText('fingerprint', request.fingerprint);
-}
-
-function checkStoredResponse(response: StoredResponse): void {
-  checkResponse(response);
-  if (!isHeaders(response.headers)) {
-    throw new TypeError('headers must be an object whose values are strings or arrays of strings');
-  }
-}
-
-function isHeaders(value: unknown): value is Record<string, string | string[]> {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return false;
-  return Object.values(value).every(
-    (v) => typeof v === 'string' || (Array.isArray(v) && v.every((item) => typeof item === 'string')),
-  );
-}
-
-function single(rows: Row[]): Row {
-  if (rows.length !== 1) throw unreadable(`a key matched ${rows.length} rows`);
-  return rows[0];
-}
-
-/** True when the statement changed exactly one row (the key is the primary key: 0 or 1). */
-function changedOne(result: { affected?: number }): boolean {
-  const count = affectedRows(result);
-  if (count > 1) throw unreadable(`a guarded write changed ${count} rows`);
-  return count === 1;
-}
-
-function affectedRows(result: { affected?: number }): number {
-  const count = result.affected;
-  if (typeof count !== 'number' || !Number.isSafeInteger(count) || count < 0) {
-    throw unreadable(`the driver reported ${String(count)} affected rows`);
-  }
-  return count;
-}
-
-function unreadable(detail: string): IdempotencyStoreError {
-  return new IdempotencyStoreError(
-    `Durable idempotency store: unreadable answer from the database (${detail}). The record is treated as ` +
-      'unavailable: inspect the row in idempotency_records, repair or delete it.',
-    'durable',
-  );
-}
-
-function text(row: Row, column: string): string {
-  const value = row[column];
-  if (typeof value !== 'string' || value.length === 0) throw unreadable(`${column} is not a non-empty string`);
-  return value;
-}
-
-/** `bigint` is a string on PostgreSQL and a number on SQLite; either must be a safe integer. */
-function integer(row: Row, column: string, min: number): number {
-  const value = row[column];
-  const parsed = typeof value === 'string' && /^-?\d+$/.test(value) ? Number(value) : value;
-  if (typeof parsed !== 'number' || !Number.isSafeInteger(parsed) || parsed < min) {
-    throw unreadable(`${column} is ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`);
-  }
-  return parsed;
-}
-
-/** PostgreSQL `boolean` is a JS boolean; SQLite stores 0 / 1. */
-function flag(row: Row, column: string): boolean {
-  const value = row[column];
-  if (value === true || value === 1) return true;
-  if (value === false || value === 0) return false;
-  throw unreadable(`${column} is ${String(value)}`);
-}
-
-function decodeHeaders(row: Row): Record<string, string | string[]> {
-  const value = row.response_headers;
-  if (typeof value !== 'string') throw unreadable('response_headers is not text');
-  let headers: unknown;
-  try {
-    headers = JSON.parse(value);
-  } catch {
-    throw unreadable('response_headers is not JSON');
-  }
-  if (!isHeaders(headers)) throw unreadable('response_headers is not an object of strings and string arrays');
-  return headers;
-}
-
-function decodeBody(row: Row): Buffer | undefined {
-  const value = row.response_body;
-  if (value === null) return undefined;
-  // node-postgres answers a Buffer, sql.js a Uint8Array: copy either into a Buffer of our own.
-  if (value instanceof Uint8Array) return Buffer.from(value);
-  throw unreadable('response_body is not bytes');
-}
-
-function isState(value: unknown): value is IdempotencyRecordState {
-  return value === IN_PROGRESS || value === COMPLETED;
-}
-
-function decodeRecord(row: Row): IdempotencyRecord {
-  const state = row.state;
-  if (!isState(state)) throw unreadable(`state is ${JSON.stringify(state)}`);
-  const record: IdempotencyRecord = {
-    state,
-    fingerprint: text(row, 'fingerprint'),
-    ownerToken: text(row, 'owner_token'),
-    fencingToken: integer(row, 'fencing_token', 1),
-    createdAtMs: integer(row, 'created_at_ms', 0),
-    leaseExpiresAtMs: integer(row, 'lease_expires_at_ms', 0),
-    expiresAtMs: integer(row, 'expires_at_ms', 0),
-  };
-  const omitted = flag(row, 'response_body_omitted');
-  if (state === IN_PROGRESS) {
-    if (row.response_status !== null || row.response_headers !== null || row.response_body !== null || omitted) {
-      throw unreadable('an in-progress row holds a response');
-    }
-    return record;
-  }
-  const statusCode = integer(row, 'response_status', 100);
-  if (statusCode > 999) throw unreadable(`response_status is ${statusCode}`);
-  const body = decodeBody(row);
-  record.response = {
-    statusCode,
-    headers: decodeHeaders(row),
-    ...(body !== undefined && { body }),
-    ...(omitted && { bodyOmitted: true }),
-  };
-  return record;
-}
-
-/** The listing entry of a row (with the database's clock it was read by), or undefined when the row cannot be read. */
-function readableEntry(row: Row): InProgressEntry | undefined {
-  try {
-    return { key: text(row, 'key'), record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
-  } catch (error) {
-    if (error instanceof IdempotencyStoreError) return undefined;
-    throw error;
-  }
-}
-
-function sqlState(error: unknown): string | undefined {
-  const driverError = (error as { driverError?: { code?: unknown } } | null)?.driverError;
-  const code = driverError?.code ?? (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
-}
-
-async function rollbackQuietly(runner: QueryRunner): Promise<void> {
-  // The original error is the one worth reporting; a failed rollback on a broken connection is
-  // discarded with that connection by the pool.
-  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
-}
-
-async function releaseQuietly(runner: QueryRunner): Promise<void> {
-  await runner.release().catch(() => undefined);
 }

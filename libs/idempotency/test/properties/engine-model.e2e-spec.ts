@@ -12,8 +12,8 @@ import {
   type StoredResponse,
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { sleep } from '../../../../test/utils/http.js';
-import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../../../../test/utils/redis.js';
+import { sleep } from '../../../../test/support/timing.js';
+import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../../../../test/support/servers/redis.js';
 import { emptyModel, engineCommands, modelEngine, type Real } from './engine-model.js';
 
 /**

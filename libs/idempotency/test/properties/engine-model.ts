@@ -6,7 +6,8 @@ import {
 } from 'nestjs-idempotency';
 import { decideOutcome } from '../../src/engine/outcome-policy.js';
 import { resolvePolicy, type ResolvedPolicy } from '../../src/idempotency.options.js';
-import { type BeginResult, type IdempotencyClaim } from '../../src/engine/idempotency.service.js';
+import type { IdempotencyClaim } from '../../src/engine/idempotency-claim.js';
+import type { BeginResult } from '../../src/engine/idempotency-engine.types.js';
 import { buildScopedKey } from '../../src/engine/scoped-key.js';
 import { resolveModuleSettings } from '../../src/idempotency.options.js';
 

@@ -3,8 +3,9 @@ import { IdempotencyService, type IdempotencyEncryptionOptions } from 'nestjs-id
 import { IdempotencyCipher } from '../../src/security/idempotency-cipher.js';
 import { buildScopedKey } from '../../src/engine/scoped-key.js';
 import { resolvePolicy } from '../../src/idempotency.options.js';
-import { startSecurityApp, type SecurityApp } from '../../../../test/fixtures/security.app.js';
-import { send, sleep, type HttpResult } from '../../../../test/utils/http.js';
+import { startSecurityApp, type SecurityApp } from '../../../../test/support/apps/security.app.js';
+import { send, type HttpResult } from '../../../../test/support/http/send.js';
+import { sleep } from '../../../../test/support/timing.js';
 import { openBackend, type Backend } from '../../../../test/security/support/backends.js';
 import { holding } from '../../../../test/security/support/stored-bytes.js';
 

@@ -1,0 +1,77 @@
+/**
+ * `execute` on `transactional` routes: the handler runs inside a durable-store transaction, and
+ * the completed record commits in it, or nothing does (docs/contract.md B.7 rule 17a).
+ */
+import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
+import type { ClaimSettlement } from './claim-settlement.js';
+import type { IdempotencyClaim } from './idempotency-claim.js';
+import type { Execution, ExecutionResult, HandlerOutcome } from './idempotency-engine.types.js';
+import type { LiveClaims } from './live-claims.js';
+import { decideOutcome } from './outcome-policy.js';
+import type { StoredResponseSealer } from './stored-response-sealer.js';
+
+/** Thrown inside a transaction to roll it back on purpose; never escapes the engine. */
+const ROLLBACK = Symbol('rollback');
+
+export class IdempotencyTransaction {
+  constructor(
+    private readonly durable: () => DurableIdempotencyStore,
+    private readonly telemetry: IdempotencyTelemetry,
+    private readonly claims: LiveClaims,
+    private readonly settlement: ClaimSettlement,
+    private readonly sealer: StoredResponseSealer,
+  ) {}
+
+  async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+    const { scoped, ownerToken, policy } = claim;
+    let outcome: HandlerOutcome | undefined;
+    let response: StoredResponse | undefined;
+    let committed: StoredResponse | undefined;
+    try {
+      await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
+        const ran = execution.run(transaction.manager).then((value) => (outcome = value));
+        response = await execution.response(ran);
+        await ran;
+        // Committed ⇔ completed (docs/contract.md B.7 rule 17a): whatever frees the key, a failure or a
+        // success the policy does not keep, rolls the handler's writes back with it.
+        if (!response || !outcome!.ok) throw ROLLBACK;
+        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+        const stored = this.sealer.storable(scoped.id, policy, response);
+        if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
+          throw new IdempotencyClaimLostError(scoped.id);
+        }
+        committed = stored;
+      });
+    } catch (error) {
+      if (error === ROLLBACK) {
+        // The business writes are rolled back; the outcome policy still decides the record.
+        await this.settlement.settle(claim, response, execution.override(outcome));
+        return { kind: 'sent' };
+      }
+      this.claims.drop(claim);
+      const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));
+      if (error instanceof IdempotencyClaimLostError) {
+        this.telemetry.lostLease(claim, 'transaction');
+        return outcome
+          ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 }
+          : { kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 };
+      }
+      if (!outcome) {
+        // The transaction never started: nothing ran, so the key is freed for the retry.
+        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
+        await this.settlement.release(claim).catch(() => undefined);
+        return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
+      }
+      // The commit may or may not have happened: keep the claim; after its lease, recovery reads
+      // the durable row and replays what committed or runs again what did not.
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'claim_kept_until_lease_lapses', error });
+      return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds };
+    }
+    this.claims.drop(claim);
+    await this.settlement.mirrorCompletion(claim, committed!);
+    return { kind: 'sent' };
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * The claims this process holds right now: each one's heartbeat is started when it is granted
+ * and stopped when it ends, or when the application shuts down.
+ */
+import type { ResolvedPolicy } from '../idempotency.options.js';
+import type { IdempotencyRecord } from '../interfaces/idempotency-record.interface.js';
+import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { IdempotencyStore } from '../stores/idempotency-store.js';
+import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
+import { IdempotencyClaim, type LeaseRenewal } from './idempotency-claim.js';
+import type { BeginResult } from './idempotency-engine.types.js';
+import type { ScopedKey } from './scoped-key.js';
+
+export class LiveClaims {
+  private readonly liveClaims = new Set<IdempotencyClaim>();
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly durable: () => DurableIdempotencyStore,
+    private readonly telemetry: IdempotencyTelemetry,
+  ) {}
+
+  hold(scoped: ScopedKey, record: IdempotencyRecord, policy: ResolvedPolicy, tookOver: boolean): BeginResult {
+    const claim = new IdempotencyClaim(scoped, record, policy, tookOver);
+    claim.startHeartbeat(this.leaseRenewals(claim), () => this.telemetry.lostLease(claim, 'heartbeat'));
+    this.liveClaims.add(claim);
+    return { kind: 'claimed', claim };
+  }
+
+  drop(claim: IdempotencyClaim): void {
+    claim.stopHeartbeat();
+    this.liveClaims.delete(claim);
+  }
+
+  /** Stops every heartbeat: the application shuts down, the leases lapse on their own. */
+  dropAll(): void {
+    for (const claim of this.liveClaims) claim.stopHeartbeat();
+    this.liveClaims.clear();
+  }
+
+  /**
+   * What the heartbeat renews: each tier on its own beat (`IdempotencyClaim.startHeartbeat`). On
+   * durable routes the durable lease is the one that counts: its refusal loses the claim. A fast
+   * refusal there (the record flushed, evicted, or taken after its lease lapsed) only ends the
+   * fast renewals: the durable row, live and ours, still turns every other claimant away.
+   */
+  private leaseRenewals(claim: IdempotencyClaim): LeaseRenewal[] {
+    const { scoped, ownerToken, policy } = claim;
+    const fast: LeaseRenewal = {
+      tier: 'fast',
+      decisive: !policy.durable,
+      renew: () => this.store.extend(scoped.id, ownerToken, policy.leaseMs),
+    };
+    if (!policy.durable) return [fast];
+    return [fast, { tier: 'durable', decisive: true, renew: () => this.durable().extend(scoped.id, ownerToken, policy.leaseMs) }];
+  }
+}

@@ -1,0 +1,60 @@
+/**
+ * Who an `Idempotency-Key` belongs to (docs/contract.md B.3): tenant, principal and operation
+ * resolved into the scoped key, and the dimensions left out of it, compared through the
+ * fingerprint instead.
+ */
+import { buildScopedKey, type ScopedKey } from '../engine/scoped-key.js';
+import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
+import { routeTemplateOf, type HttpRequest } from './http-request.js';
+
+/** Who the key belongs to, and what of the request goes into the fingerprint besides its content. */
+export interface ResolvedScope {
+  scoped: ScopedKey;
+  operation: string;
+  /** The resolved tenant, if any: for logs and spans. */
+  tenant?: string;
+  /** Dimensions left out of the identity, compared through the fingerprint (docs/contract.md B.3 rule 12). */
+  fingerprintExtras: Record<string, string>;
+}
+
+/**
+ * Resolves tenant, principal and operation into the scoped key. A dimension in the scope that
+ * resolves to nothing falls back to `anonymousScope`; failing that, the error `unresolved`
+ * returns is thrown: never a silent global namespace (rule 13).
+ */
+export async function resolveScope(
+  request: HttpRequest,
+  policy: ResolvedPolicy,
+  key: string,
+  settings: Pick<ResolvedModuleSettings, 'tenant' | 'principal' | 'anonymousScope'>,
+  unresolved: (dimension: 'tenant' | 'principal', operation: string) => Error,
+): Promise<ResolvedScope> {
+  const operation = policy.operation ?? `${request.method.toUpperCase()} ${routeTemplateOf(request)}`;
+  const inScope = new Set(policy.scope);
+  const anonymous: ('tenant' | 'principal')[] = [];
+  const resolve = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
+    const resolver = settings[dimension];
+    const value = resolver ? await resolver(request) : undefined;
+    if (value !== undefined && value !== '') return value;
+    if (!inScope.has(dimension)) return undefined;
+    const bucket = settings.anonymousScope ? await settings.anonymousScope(request) : undefined;
+    if (bucket !== undefined && bucket !== '') {
+      anonymous.push(dimension);
+      return bucket;
+    }
+    throw unresolved(dimension, operation);
+  };
+  const tenant = await resolve('tenant');
+  const principal = await resolve('principal');
+  const fingerprintExtras: Record<string, string> = {};
+  // Every dimension resolved but left out of the identity is compared like the payload (rule 12a).
+  if (!inScope.has('tenant') && tenant !== undefined) fingerprintExtras.tenant = tenant;
+  if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
+  if (!inScope.has('operation')) fingerprintExtras.operation = operation;
+  return {
+    scoped: buildScopedKey({ operation, tenant, principal, key, anonymous }, policy.scope),
+    operation,
+    tenant,
+    fingerprintExtras,
+  };
+}

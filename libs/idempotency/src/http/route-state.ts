@@ -1,0 +1,72 @@
+/**
+ * What every request of one `@Idempotent()` route shares (its resolved policy, its outcome
+ * override, whether its handler writes the response itself), resolved on its first request.
+ */
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
+import type { ExecutionContext } from '@nestjs/common';
+import type { Reflector } from '@nestjs/core';
+import type { OutcomeOverride } from '../engine/outcome-policy.js';
+import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
+import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
+import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
+import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
+
+/** What every request of one route shares, resolved on its first request. */
+export interface RouteState {
+  policy: ResolvedPolicy;
+  /** `@IdempotencyOutcome()` on the route or its controller. */
+  outcome: OutcomeOverride | undefined;
+  /** Headers the interceptor sets itself: never stored (the key echo, the replay marker). */
+  ownHeaders: ReadonlySet<string>;
+  /** The handler takes the response (`@Res()`, `@Next()`) and may write it itself. */
+  handlerWrites: boolean;
+}
+
+/** The state of each route, by controller and handler; `null` for a route without `@Idempotent()`. */
+export class RouteStates {
+  private readonly routes = new WeakMap<object, WeakMap<object, RouteState | null>>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly settings: ResolvedModuleSettings,
+  ) {}
+
+  of(context: ExecutionContext): RouteState | null {
+    const handler = context.getHandler();
+    const controller = context.getClass();
+    let byHandler = this.routes.get(controller);
+    if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
+    let state = byHandler.get(handler);
+    if (state === undefined) {
+      const options: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [handler, controller]);
+      state = options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
+      byHandler.set(handler, state);
+    }
+    return state;
+  }
+
+  private routeStateOf(context: ExecutionContext, policy: ResolvedPolicy): RouteState {
+    return {
+      policy,
+      outcome: this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]),
+      ownHeaders: new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]),
+      handlerWrites: takesResponse(context),
+    };
+  }
+}
+
+/**
+ * True when the handler takes the response over (`@Res()` without passthrough, or `@Next()`): it
+ * writes the answer itself. A passthrough handler returns its result for Nest to write.
+ */
+function takesResponse(context: ExecutionContext): boolean {
+  const controller = context.getClass();
+  const method = context.getHandler().name;
+  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method);
+  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method) === true;
+  return Object.keys(args ?? {}).some((key) => {
+    const type = Number(key.split(':')[0]);
+    return type === RouteParamtypes.NEXT || (type === RouteParamtypes.RESPONSE && !passthrough);
+  });
+}

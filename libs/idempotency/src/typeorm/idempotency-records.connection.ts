@@ -1,0 +1,211 @@
+/**
+ * The TypeORM store's DataSource and transaction handling: each operation on a query runner of
+ * its own (a pooled connection on PostgreSQL) inside the exclusive section (sql.js), the
+ * transactions `transaction()` opens and the runners they hold, guarded writes that wait for a
+ * row lock at most `lockTimeoutMs`, and the `IdempotencyStoreError` a failure becomes.
+ */
+import type { DataSource, QueryRunner } from 'typeorm';
+import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
+import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
+import type { DurableTransaction } from '../stores/durable-idempotency-store.js';
+import { decodeRecord, single, type Row } from './idempotency-record.codec.js';
+import { IDEMPOTENCY_RECORDS_TABLE } from './idempotency-record.entity.js';
+import {
+  LOCK_NOT_AVAILABLE,
+  sqlState,
+  statementsFor,
+  type Dialect,
+  type Statements,
+} from './idempotency-records.sql.js';
+import type { RunExclusive } from './sqljs-exclusive-queue.js';
+
+/** @internal */
+export class IdempotencyRecordsConnection {
+  /** Transactions opened by `transaction()` whose `work` has not settled yet, with their runner. */
+  private readonly openTransactions = new WeakMap<DurableTransaction, QueryRunner>();
+  /** The same runners by claim (`key`, owner token): the owner's heartbeat renews through them. */
+  private readonly claimsInTransaction = new Map<string, QueryRunner>();
+  /** Built on first use: on PostgreSQL the schema is known once the DataSource is connected. */
+  private statements?: Statements;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    readonly dialect: Dialect,
+    readonly lockTimeoutMs: number,
+    private readonly exclusive: RunExclusive,
+  ) {}
+
+  /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
+  transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T> {
+    return this.exclusive(() => this.runTransaction(key, ownerToken, work));
+  }
+
+  /** The runner of a transaction whose `work` is still running, or undefined. */
+  runnerOf(transaction: DurableTransaction): QueryRunner | undefined {
+    return this.openTransactions.get(transaction);
+  }
+
+  /** The runner of the owner's open `transaction()` on this claim, or undefined. */
+  runnerHolding(key: string, ownerToken: string): QueryRunner | undefined {
+    return this.claimsInTransaction.get(claimId(key, ownerToken));
+  }
+
+  /**
+   * Runs one operation in the exclusive section (SQLite) on a query runner of its own (a pooled
+   * connection on PostgreSQL), and turns every failure into an `IdempotencyStoreError`.
+   */
+  operation<T>(name: string, work: (runner: QueryRunner) => Promise<T>): Promise<T> {
+    return this.exclusive(async () => {
+      const runner = this.connect(name);
+      let result: T;
+      try {
+        result = await work(runner);
+      } catch (error) {
+        await releaseQuietly(runner);
+        throw this.failure(name, error);
+      }
+      try {
+        // On sql.js, releasing is when a file-backed database is saved (autoSave).
+        await runner.release();
+      } catch (error) {
+        throw this.failure(name, error);
+      }
+      return result;
+    });
+  }
+
+  get sql(): Statements {
+    if (!this.statements) {
+      const driver = this.dataSource.driver;
+      const schema = this.dialect === 'postgres' ? driver.schema : undefined;
+      const table = (schema ? [schema, IDEMPOTENCY_RECORDS_TABLE] : [IDEMPOTENCY_RECORDS_TABLE])
+        .map((part) => driver.escape(part))
+        .join('.');
+      this.statements = statementsFor(this.dialect, table);
+    }
+    return this.statements;
+  }
+
+  run(runner: QueryRunner, sql: string, params: unknown[]) {
+    return runner.query(sql, params, true);
+  }
+
+  /** PostgreSQL binds a JS boolean; sql.js is given 0 / 1, which is what SQLite stores. */
+  boolean(value: boolean): boolean | number {
+    return this.dialect === 'postgres' ? value : Number(value);
+  }
+
+  failure(operation: string, error: unknown): Error {
+    if (error instanceof IdempotencyStoreError || error instanceof IdempotencyClaimLostError) return error;
+    const cause = error instanceof Error ? error.message : String(error);
+    const missingTable =
+      sqlState(error) === '42P01' || /no such table/i.test(cause)
+        ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
+        : '';
+    return new IdempotencyStoreError(
+      `Durable idempotency store (${this.dialect}): ${operation} failed: ${cause}.${missingTable} ` +
+        'Make sure the database is reachable.',
+      'durable',
+      { cause: error },
+    );
+  }
+
+  /**
+   * A guarded UPDATE that may meet the row lock of a live `transaction()`. On PostgreSQL it runs
+   * in a short transaction whose `lock_timeout` is `lockTimeoutMs`, and answers 'locked' when the
+   * lock is not granted in time; on SQLite there are no row locks to meet.
+   */
+  async writeWaitingForLock(runner: QueryRunner, sql: string, params: unknown[]): Promise<Row[] | 'locked'> {
+    if (this.dialect !== 'postgres') return (await this.run(runner, sql, params)).records;
+    await runner.startTransaction();
+    try {
+      // SET takes no parameters; lockTimeoutMs is a validated integer.
+      await runner.query(`SET LOCAL lock_timeout = '${this.lockTimeoutMs}ms'`);
+      const rows = (await this.run(runner, sql, params)).records;
+      await runner.commitTransaction();
+      return rows;
+    } catch (error) {
+      await rollbackQuietly(runner);
+      if (sqlState(error) === LOCK_NOT_AVAILABLE) return 'locked';
+      throw error;
+    }
+  }
+
+  private async runTransaction<T>(
+    key: string,
+    ownerToken: string,
+    work: (transaction: DurableTransaction) => Promise<T>,
+  ): Promise<T> {
+    const runner = this.connect('transaction');
+    let result: T;
+    try {
+      try {
+        await runner.startTransaction();
+        const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken])).records;
+        if (rows.length === 0) throw new IdempotencyClaimLostError(key);
+        decodeRecord(single(rows));
+      } catch (error) {
+        await rollbackQuietly(runner);
+        throw this.failure('transaction', error);
+      }
+      const transaction: DurableTransaction = Object.freeze({ manager: runner.manager });
+      const claim = claimId(key, ownerToken);
+      this.openTransactions.set(transaction, runner);
+      this.claimsInTransaction.set(claim, runner);
+      try {
+        result = await work(transaction);
+      } catch (error) {
+        this.openTransactions.delete(transaction);
+        this.claimsInTransaction.delete(claim);
+        await rollbackQuietly(runner);
+        throw error;
+      }
+      this.openTransactions.delete(transaction);
+      this.claimsInTransaction.delete(claim);
+      try {
+        await runner.commitTransaction();
+      } catch (error) {
+        await rollbackQuietly(runner);
+        throw this.failure('transaction commit', error);
+      }
+    } catch (error) {
+      await releaseQuietly(runner);
+      throw error;
+    }
+    try {
+      await runner.release();
+    } catch (error) {
+      throw this.failure('transaction commit', error);
+    }
+    return result;
+  }
+
+  private connect(operation: string): QueryRunner {
+    if (!this.dataSource.isInitialized) {
+      throw new IdempotencyStoreError(
+        `Durable idempotency store (${this.dialect}): ${operation} failed: the DataSource is not initialized ` +
+          '(or was destroyed). Initialize it before the application serves requests.',
+        'durable',
+      );
+    }
+    try {
+      return this.dataSource.createQueryRunner();
+    } catch (error) {
+      throw this.failure(operation, error);
+    }
+  }
+}
+
+function claimId(key: string, ownerToken: string): string {
+  return `${key}\u0000${ownerToken}`;
+}
+
+async function rollbackQuietly(runner: QueryRunner): Promise<void> {
+  // The original error is the one worth reporting; a failed rollback on a broken connection is
+  // discarded with that connection by the pool.
+  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
+}
+
+async function releaseQuietly(runner: QueryRunner): Promise<void> {
+  await runner.release().catch(() => undefined);
+}

@@ -1,0 +1,134 @@
+/**
+ * The SQL of the TypeORM store for its two dialects, PostgreSQL and SQLite (sql.js): every
+ * statement, clocked by the database, and the SQLSTATE codes the store reads from a failure
+ * (@internal: not exported by the entry point).
+ */
+import type { IdempotencyRecordState } from '../interfaces/idempotency-record.interface.js';
+
+/** PostgreSQL SQLSTATE `lock_not_available`, raised when `lock_timeout` elapses. */
+export const LOCK_NOT_AVAILABLE = '55P03';
+
+/** The record states as the `state` column holds them. @internal */
+export const IN_PROGRESS: IdempotencyRecordState = 'in_progress';
+export const COMPLETED: IdempotencyRecordState = 'completed';
+
+/** Columns of a record, in the order every SELECT and RETURNING lists them. */
+const RECORD_COLUMNS = [
+  'state',
+  'fingerprint',
+  'owner_token',
+  'fencing_token',
+  'created_at_ms',
+  'lease_expires_at_ms',
+  'expires_at_ms',
+  'response_status',
+  'response_headers',
+  'response_body',
+  'response_body_omitted',
+].join(', ');
+
+/** @internal */
+export type Dialect = 'postgres' | 'sqlite';
+
+/** The statements of one dialect, with the table's qualified name filled in. @internal */
+export interface Statements {
+  readonly insert: string;
+  readonly replaceExpired: string;
+  readonly takeOver: string;
+  readonly select: string;
+  readonly selectLive: string;
+  readonly lockOwned: string;
+  readonly complete: string;
+  readonly release: string;
+  readonly extend: string;
+  readonly deleteExpired: string;
+  readonly listInProgress: string;
+  readonly forceDeleteInProgress: string;
+  readonly forceDeleteAny: string;
+}
+
+/**
+ * The database's clock in epoch ms, one value per statement, so that leases and expiry never
+ * depend on the clocks of the application's hosts (as the Redis store uses `TIME`): a node whose
+ * clock runs ahead cannot judge a live lease dead. PostgreSQL: `statement_timestamp()` is stable
+ * within a statement and advances with each statement of a transaction (`now()` would stay at the
+ * transaction's start, so a renewal inside `transaction()` would not move the lease). SQLite:
+ * `'now'` is fixed within one step of a statement; under sql.js it is the process clock, as the
+ * database lives in the process.
+ */
+const DATABASE_NOW_MS: Record<Dialect, string> = {
+  postgres: '(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint',
+  sqlite: "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
+};
+
+/**
+ * Writes the statements once, with PostgreSQL's `$n` placeholders and `{now}` for the database's
+ * clock; for SQLite the placeholders become `?n` (numbered, so a parameter used twice or out of
+ * order binds the same value on both). Every time comparison and every time written is `{now}`
+ * (plus a duration); a statement whose caller needs the clock it decided by returns it as `now_ms`.
+ */
+export function statementsFor(dialect: Dialect, table: string): Statements {
+  const rowLocks = dialect === 'postgres';
+  const statements: Statements = {
+    insert:
+      `INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms, ` +
+      'lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted) ' +
+      `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
+      `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`,
+    replaceExpired:
+      `UPDATE ${table} SET state = '${IN_PROGRESS}', fingerprint = $2, owner_token = $3, ` +
+      'fencing_token = fencing_token + 1, created_at_ms = {now}, lease_expires_at_ms = {now} + $4, expires_at_ms = {now} + $5, ' +
+      'response_status = NULL, response_headers = NULL, response_body = NULL, response_body_omitted = FALSE ' +
+      `WHERE "key" = $1 AND expires_at_ms <= {now} RETURNING ${RECORD_COLUMNS}`,
+    takeOver:
+      `UPDATE ${table} SET owner_token = $3, fingerprint = $4, fencing_token = fencing_token + 1, ` +
+      'lease_expires_at_ms = {now} + $5, expires_at_ms = {now} + $6 ' +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' ` +
+      `AND lease_expires_at_ms <= {now} AND expires_at_ms > {now} RETURNING ${RECORD_COLUMNS}`,
+    select: `SELECT ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} WHERE "key" = $1`,
+    selectLive: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE "key" = $1 AND expires_at_ms > {now}`,
+    lockOwned:
+      `SELECT ${RECORD_COLUMNS} FROM ${table} ` +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}` +
+      (rowLocks ? ' FOR UPDATE' : ''),
+    complete:
+      `UPDATE ${table} SET state = '${COMPLETED}', response_status = $3, response_headers = $4, ` +
+      'response_body = $5, response_body_omitted = $6 ' +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
+    release:
+      `DELETE FROM ${table} ` +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
+    extend:
+      // A live claim outlives its TTL: the row must not expire under a running handler.
+      `UPDATE ${table} SET lease_expires_at_ms = {now} + $3, ` +
+      'expires_at_ms = CASE WHEN expires_at_ms < {now} + $3 THEN {now} + $3 ELSE expires_at_ms END ' +
+      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
+    // SKIP LOCKED: instances reaping at once each take rows nobody else holds, and none waits
+    // for a row a live transaction() has locked. $1 NULL: expired by the database's clock.
+    deleteExpired:
+      `DELETE FROM ${table} WHERE "key" IN (SELECT "key" FROM ${table} ` +
+      'WHERE expires_at_ms <= COALESCE(CAST($1 AS BIGINT), {now}) ' +
+      `ORDER BY expires_at_ms LIMIT $2${rowLocks ? ' FOR UPDATE SKIP LOCKED' : ''})`,
+    // Served by the (state, created_at_ms) index.
+    listInProgress:
+      `SELECT "key", ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} ` +
+      `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= {now} - $1 AND expires_at_ms > {now} ORDER BY created_at_ms LIMIT $2`,
+    forceDeleteInProgress:
+      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
+    forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
+  };
+  const now = DATABASE_NOW_MS[dialect];
+  return Object.fromEntries(
+    Object.entries(statements).map(([name, sql]) => {
+      const timed = sql.replaceAll('{now}', now);
+      return [name, dialect === 'postgres' ? timed : timed.replace(/\$(\d+)/g, '?$1')];
+    }),
+  ) as unknown as Statements;
+}
+
+/** The SQLSTATE of a driver error (PostgreSQL), if it has one. @internal */
+export function sqlState(error: unknown): string | undefined {
+  const driverError = (error as { driverError?: { code?: unknown } } | null)?.driverError;
+  const code = driverError?.code ?? (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}

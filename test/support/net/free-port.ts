@@ -1,0 +1,14 @@
+/** Picks spare loopback ports for the servers and processes a test starts. */
+import { createServer } from 'node:net';
+
+/** A TCP port of 127.0.0.1 that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((done, fail) => {
+    const server = createServer();
+    server.once('error', fail);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => done(port));
+    });
+  });
+}
