@@ -17,7 +17,11 @@ const MOVED = {
     'IdempotencyTierListing', 'IdempotencyInProgressListing', 'IdempotencyForceReleaseRequest', 'IdempotencyTierRelease',
     'IdempotencyForceReleaseResult', 'ParsedKey'],
   consumers: ['IdempotentConsumer', 'IdempotentConsumerInterceptor', 'IdempotencyConsumerContext', 'IdempotentConsumerKeyError',
-    'ConsumerIdempotencyOptions', 'IdempotentConsumerOptions'],
+    'ConsumerIdempotencyOptions', 'IdempotentConsumerOptions', 'messageDisposition', 'ConsumerRunOutcome', 'DeadLetterReason',
+    'MessageDisposition', 'MessageSettlement', 'SettlementInput', 'UnparsableMessage', 'UnparsableMessageError',
+    'IDEMPOTENCY_KEY_MESSAGE_HEADER'],
+  redis: ['EventDeduplicator', 'DedupStats', 'DedupVerdict', 'EventDeduplicatorOptions', 'sizeEventDeduplicator', 'EventDedupSizing',
+    'EventDedupSizingInput'],
   telemetry: ['IDEMPOTENCY_INSTRUMENTATION_SCOPE', 'IDEMPOTENCY_METRICS', 'IDEMPOTENCY_SPANS', 'IDEMPOTENCY_SPAN_ATTRIBUTES'],
 };
 const subpathOf = new Map(Object.entries(MOVED).flatMap(([subpath, names]) => names.map((name) => [name, subpath])));

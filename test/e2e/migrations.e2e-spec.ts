@@ -18,6 +18,7 @@ describe('migrations', () => {
   const TABLES = ['idempotency_records', 'migrations', 'order_items', 'order_notifications', 'orders', 'outbox_events', 'payment_events', 'payments'];
   const APPLIED = [
     'AddIdempotencyRecordsInProgressIndex1764150000000',
+    'AddOutboxMessageKey1764400000000',
     'CreateIdempotencyRecords1764100000000',
     'CreateOrdersAndPayments1764000000000',
     'CreateOutboxAndNotifications1764300000000',

@@ -4,6 +4,7 @@ import { IDEMPOTENCY_CORS } from 'nestjs-idempotency';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';
+import { orderEventsRmqTransport } from './events/order-events.rabbitmq.js';
 import { serveOpenApi } from './openapi.js';
 
 /** Response headers a browser may read: `Location` and the idempotency layer's own. */
@@ -40,5 +41,10 @@ export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Pro
   app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
   serveOpenApi(app);
   new Logger('OrdersApp').log(describeBackends(config));
+  if (config.rabbitmq && config.queue.worker) {
+    // Consumes order.created from RabbitMQ in this process (QUEUE_WORKER=false leaves it to workers).
+    app.connectMicroservice(orderEventsRmqTransport(config.rabbitmq), { inheritAppConfig: true });
+    await app.startAllMicroservices();
+  }
   return app;
 }

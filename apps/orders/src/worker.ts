@@ -2,12 +2,13 @@ import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module.js';
 import { logLevelsFrom, OrdersConfigError, parseOrdersConfig, redactUrl } from './config/orders.config.js';
+import { orderEventsRmqTransport } from './events/order-events.rabbitmq.js';
 
 /**
  * A worker process: the orders service without HTTP, consuming the `order-events` queue (and
  * relaying the outbox). Run as many as you like next to the API processes, which can then be
- * started with `QUEUE_WORKER=false`. Needs `REDIS_URL`: without Redis there is no queue, and the
- * API process handles events in-process.
+ * started with `QUEUE_WORKER=false`. Needs `RABBITMQ_URL` (the queue on RabbitMQ) or `REDIS_URL`
+ * (BullMQ): without either there is no queue, and the API process handles events in-process.
  */
 async function bootstrap(): Promise<void> {
   let config;
@@ -20,11 +21,26 @@ async function bootstrap(): Promise<void> {
     }
     throw error;
   }
+  const workerConfig = { ...config, queue: { ...config.queue, worker: true } };
+  if (config.rabbitmq) {
+    const { rabbitmq } = config;
+    const app = await NestFactory.createMicroservice(AppModule.forRoot(workerConfig), {
+      ...orderEventsRmqTransport(rabbitmq),
+      logger: logLevelsFrom(config.logLevel),
+      abortOnError: false,
+    });
+    app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
+    await app.listen();
+    new Logger('OrdersWorker').log(`Orders worker ready (queue "${rabbitmq.queue}" on RabbitMQ ${redactUrl(rabbitmq.url)})`);
+    return;
+  }
   if (config.fastStore.kind !== 'redis') {
-    console.error('The worker consumes the order-events queue on Redis: set REDIS_URL. (Without Redis, the API process handles events itself.)');
+    console.error(
+      'The worker consumes the order-events queue on RabbitMQ or Redis: set RABBITMQ_URL or REDIS_URL. (Without either, the API process handles events itself.)',
+    );
     process.exit(1);
   }
-  const app = await NestFactory.createApplicationContext(AppModule.forRoot({ ...config, queue: { ...config.queue, worker: true } }), {
+  const app = await NestFactory.createApplicationContext(AppModule.forRoot(workerConfig), {
     logger: logLevelsFrom(config.logLevel),
     abortOnError: false,
   });

@@ -29,6 +29,9 @@ describe('parseOrdersConfig', () => {
       webhookSecret: undefined,
       queue: { worker: true, prefix: 'bull', lockMs: 30_000, stalledIntervalMs: 30_000 },
       outboxPollMs: 5_000,
+      outboxRetentionMs: 86_400_000,
+      outboxCleanupIntervalMs: 60_000,
+      rabbitmq: undefined,
       logLevel: 'log',
       problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
       idempotencyLeaseMs: 30_000,
@@ -75,6 +78,26 @@ describe('parseOrdersConfig', () => {
       'QUEUE_LOCK_MS must be an integer from 200 to 600000 (got "5")',
       'OUTBOX_POLL_MS must be an integer from 100 to 600000 (got "soon")',
     ]);
+  });
+
+  it('reads the outbox retention and RabbitMQ, and refuses bad values', () => {
+    const config = parseOrdersConfig(
+      { OUTBOX_RETENTION_MS: '3600000', OUTBOX_CLEANUP_INTERVAL_MS: '5000', RABBITMQ_URL: 'amqp://guest:secret@mq:5672', RABBITMQ_QUEUE: 'orders.events' },
+      '/srv/app',
+    );
+    expect(config).toMatchObject({
+      outboxRetentionMs: 3_600_000,
+      outboxCleanupIntervalMs: 5_000,
+      rabbitmq: { url: 'amqp://guest:secret@mq:5672', queue: 'orders.events' },
+    });
+    expect(parseOrdersConfig({ RABBITMQ_URL: 'amqps://mq' }, '/srv/app').rabbitmq).toEqual({ url: 'amqps://mq', queue: 'order-events' });
+    const problems = problemsOf({ OUTBOX_RETENTION_MS: '-1', RABBITMQ_URL: 'http://user:hunter2@mq', RABBITMQ_QUEUE: 'a queue' });
+    expect(problems).toEqual([
+      'OUTBOX_RETENTION_MS must be an integer from 0 to 999999999 (got "-1")',
+      'RABBITMQ_URL must be an amqp:// or amqps:// URL (got "http://user:***@mq/")',
+      'RABBITMQ_QUEUE must be 1 to 200 letters, digits or _ . : - (got "a queue")',
+    ]);
+    expect(problemsOf({ RABBITMQ_QUEUE: 'orders' })).toEqual(['RABBITMQ_QUEUE needs RABBITMQ_URL']);
   });
 
   it('reads IDEMPOTENCY_LEASE_MS and refuses a value outside 300..3600000', () => {

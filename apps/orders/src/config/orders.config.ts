@@ -45,6 +45,18 @@ export interface QueueConfig {
   stalledIntervalMs: number;
 }
 
+/**
+ * RabbitMQ, when `RABBITMQ_URL` is set: the outbox relay publishes `order.created` there (instead
+ * of BullMQ), with the idempotency key of the request that created the order in the
+ * `idempotency-key` header, and the service consumes the queue (unless `QUEUE_WORKER=false`).
+ */
+export interface RabbitMqConfig {
+  /** `amqp://` or `amqps://` connection URL, as given. */
+  url: string;
+  /** The queue of `order.created`; its retry and dead-letter queues are named after it. @default 'order-events' */
+  queue: string;
+}
+
 /** The validated configuration of the orders service. */
 export interface OrdersConfig {
   /** TCP port; `0` picks a free one. @default 3000 */
@@ -58,6 +70,12 @@ export interface OrdersConfig {
   queue: QueueConfig;
   /** How often the outbox is scanned for events not handed to the queue yet, in ms. @default 5_000 */
   outboxPollMs: number;
+  /** How long a dispatched outbox event is kept before the cleanup deletes it, in ms. @default 86_400_000 (a day) */
+  outboxRetentionMs: number;
+  /** How often dispatched outbox events past their retention are deleted (in batches), in ms. @default 60_000 */
+  outboxCleanupIntervalMs: number;
+  /** RabbitMQ for `order.created`; unset: BullMQ with `REDIS_URL`, in-process without. */
+  rabbitmq: RabbitMqConfig | undefined;
   /** Lowest level that is logged. @default 'log' */
   logLevel: LogLevel;
   /** Base URI of every problem `type` (RFC 9457); ends with `/`. @default 'https://api.example.com/problems/' */
@@ -87,6 +105,9 @@ export const DEFAULT_IDEMPOTENCY_LEASE_MS = 30_000;
 export const DEFAULT_QUEUE_LOCK_MS = 30_000;
 export const DEFAULT_QUEUE_STALLED_INTERVAL_MS = 30_000;
 export const DEFAULT_OUTBOX_POLL_MS = 5_000;
+export const DEFAULT_OUTBOX_RETENTION_MS = 86_400_000;
+export const DEFAULT_OUTBOX_CLEANUP_INTERVAL_MS = 60_000;
+export const DEFAULT_RABBITMQ_QUEUE = 'order-events';
 /** Nest's log levels, from the most to the least severe. */
 export const LOG_LEVELS_BY_SEVERITY: readonly LogLevel[] = ['fatal', 'error', 'warn', 'log', 'debug', 'verbose'];
 const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
@@ -174,6 +195,29 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     stalledIntervalMs: parseMs(value('QUEUE_STALLED_INTERVAL_MS'), 'QUEUE_STALLED_INTERVAL_MS', DEFAULT_QUEUE_STALLED_INTERVAL_MS, 100, 600_000, problems),
   };
   const outboxPollMs = parseMs(value('OUTBOX_POLL_MS'), 'OUTBOX_POLL_MS', DEFAULT_OUTBOX_POLL_MS, 100, 600_000, problems);
+  const outboxRetentionMs = parseMs(value('OUTBOX_RETENTION_MS'), 'OUTBOX_RETENTION_MS', DEFAULT_OUTBOX_RETENTION_MS, 0, 999_999_999, problems);
+  const outboxCleanupIntervalMs = parseMs(
+    value('OUTBOX_CLEANUP_INTERVAL_MS'),
+    'OUTBOX_CLEANUP_INTERVAL_MS',
+    DEFAULT_OUTBOX_CLEANUP_INTERVAL_MS,
+    100,
+    86_400_000,
+    problems,
+  );
+
+  const rabbitmqUrl = value('RABBITMQ_URL');
+  const rabbitmqQueue = value('RABBITMQ_QUEUE');
+  if (rabbitmqUrl !== undefined && !hasProtocol(rabbitmqUrl, ['amqp:', 'amqps:'])) {
+    problems.push(`RABBITMQ_URL must be an amqp:// or amqps:// URL (got ${describeUrl(rabbitmqUrl)})`);
+  }
+  if (rabbitmqQueue !== undefined && !/^[A-Za-z0-9_.:-]{1,200}$/.test(rabbitmqQueue)) {
+    problems.push(`RABBITMQ_QUEUE must be 1 to 200 letters, digits or _ . : - (got "${rabbitmqQueue}")`);
+  }
+  if (rabbitmqQueue !== undefined && rabbitmqUrl === undefined) {
+    problems.push('RABBITMQ_QUEUE needs RABBITMQ_URL');
+  }
+  const rabbitmq: RabbitMqConfig | undefined =
+    rabbitmqUrl !== undefined ? { url: rabbitmqUrl, queue: rabbitmqQueue ?? DEFAULT_RABBITMQ_QUEUE } : undefined;
 
   if (problems.length > 0) {
     throw new OrdersConfigError(problems);
@@ -186,6 +230,9 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     webhookSecret,
     queue,
     outboxPollMs,
+    outboxRetentionMs,
+    outboxCleanupIntervalMs,
+    rabbitmq,
     logLevel: logLevel as LogLevel,
     problemTypeBaseUri,
     idempotencyLeaseMs,
@@ -206,7 +253,10 @@ export function describeBackends(config: OrdersConfig): string {
       ? `PostgreSQL ${redactUrl(config.database.url)} (schema "${config.database.schema}")`
       : `embedded sql.js file ${config.database.file}`;
   const store = config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
-  return `Backends: database = ${db}; fast store = ${store}`;
+  const events = config.rabbitmq
+    ? `; events = RabbitMQ ${redactUrl(config.rabbitmq.url)} (queue "${config.rabbitmq.queue}")`
+    : '';
+  return `Backends: database = ${db}; fast store = ${store}${events}`;
 }
 
 /** A URL with its password replaced by `***`, for logs and messages. */

@@ -29,6 +29,13 @@ export class OutboxEvent {
   @Column({ name: 'created_at_ms', type: 'bigint', transformer: bigintAsNumber })
   createdAtMs!: number;
 
+  /**
+   * The idempotency key the event carries to its consumers: the `derivedKey('order.created')` of
+   * the request that wrote it, stable across that request's retries. Null on older events.
+   */
+  @Column({ name: 'message_key', type: 'varchar', length: 128, nullable: true })
+  messageKey!: string | null;
+
   /** When the relay handed it on; null while pending. */
   @Column({ name: 'dispatched_at_ms', type: 'bigint', nullable: true, transformer: bigintAsNumber })
   dispatchedAtMs!: number | null;

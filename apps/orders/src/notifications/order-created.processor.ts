@@ -36,7 +36,11 @@ export class OrderCreatedProcessor {
     );
   }
 
-  private async sendConfirmation(event: OrderCreatedEvent, manager: EntityManager): Promise<OrderNotificationView> {
+  /**
+   * Writes the confirmation of `event` through `manager` (the idempotency transaction). Also the
+   * handler of the RabbitMQ consumer (`OrderCreatedRmqConsumer`).
+   */
+  async sendConfirmation(event: OrderCreatedEvent, manager: EntityManager): Promise<OrderNotificationView> {
     const order = await manager.findOneBy(Order, { id: event.orderId, tenantId: event.tenantId });
     if (!order) {
       // The outbox publishes only committed orders: this event belongs to another database.

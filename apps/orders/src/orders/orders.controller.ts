@@ -40,6 +40,8 @@ export class OrdersController {
   ): Promise<OrderView> {
     const order = await this.orders.create(tenantId, dto, {
       providerKey: idempotency.derivedKey('payment'),
+      // Carried to the event's consumers (a message header on RabbitMQ): the same boundary as this request.
+      eventKey: idempotency.derivedKey('order.created'),
       manager: idempotency.getManager<EntityManager>(),
     });
     response.header('Location', `/orders/${order.id}`);

@@ -17,6 +17,8 @@ import { toOrderView, type OrderView } from './order.view.js';
 export interface CreateOrderOptions {
   /** Idempotency key sent to the payment provider: the same key never charges twice. */
   providerKey: string;
+  /** Idempotency key the `order.created` event carries to its consumers (`outbox_events.message_key`). */
+  eventKey?: string;
   /**
    * A transaction to run in. Given (by the idempotency layer, which commits its record in the
    * same transaction), the order joins it; absent, `create` opens and commits its own.
@@ -35,7 +37,7 @@ export class OrdersService {
 
   /** Writes the order and its items, charges it and records its `order.created` event, all in one transaction. */
   create(tenantId: string, dto: CreateOrderDto, options: CreateOrderOptions): Promise<OrderView> {
-    const work = (manager: EntityManager) => this.createWithin(manager, tenantId, dto, options.providerKey);
+    const work = (manager: EntityManager) => this.createWithin(manager, tenantId, dto, options);
     return options.manager ? work(options.manager) : this.db.transaction(work);
   }
 
@@ -68,7 +70,7 @@ export class OrdersService {
     manager: EntityManager,
     tenantId: string,
     dto: CreateOrderDto,
-    providerKey: string,
+    { providerKey, eventKey }: CreateOrderOptions,
   ): Promise<OrderView> {
     const order = manager.create(Order, {
       id: randomUUID(),
@@ -114,6 +116,7 @@ export class OrdersService {
       orderId: order.id,
       createdAtMs: this.clock.nowMs(),
       dispatchedAtMs: null,
+      messageKey: eventKey ?? null,
     });
     return toOrderView(order);
   }

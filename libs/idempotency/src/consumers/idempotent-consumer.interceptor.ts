@@ -8,6 +8,8 @@ import { consumerRunRequest } from './consumer-run-request.js';
 import { attachConsumerContext } from './idempotency-consumer-context.decorator.js';
 import { IdempotentConsumerHandler } from './idempotent-consumer.metadata.js';
 import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js';
+import { messageDisposition, type ConsumerRunOutcome } from './message-disposition.js';
+import { UnparsableMessage, UnparsableMessageError } from './unparsable-message.js';
 
 /**
  * The message-consumer adapter for Nest microservices: on a handler marked
@@ -22,6 +24,10 @@ import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js
  * - the handler fails: the module's outcome policy decides (a 5xx or any plain error releases
  *   the key, so the redelivery runs again; a 4xx `HttpException` or `IdempotencyFinalException` is
  *   stored, and duplicates get it again as `replayed-failure`), and the error is rethrown.
+ * With a `settlement` (RabbitMQ: `rmqSettlement()`), each message is also settled with its
+ * broker as `messageDisposition()` says (ack, delayed redelivery, dead letter), and failures are
+ * not thrown to the transport. A payload the transport could not parse (`UnparsableMessage`)
+ * never reaches the handler.
  * Other execution types (HTTP, WebSockets) pass through untouched. Subclass it to change how the
  * request is built (`buildRunRequest`) or how errors leave (`toTransportError`).
  *
@@ -62,19 +68,46 @@ export class IdempotentConsumerInterceptor implements NestInterceptor {
     const rpc = context.switchToRpc();
     const data = rpc.getData<unknown>();
     const transportContext = rpc.getContext<unknown>();
+    // What the handler did, as seen from inside run(): tells its own failure from run()'s refusals.
+    const handler: { context?: IdempotencyContextRef; failure?: { error: unknown } } = {};
+    let request: RunRequest | undefined;
     let result: RunResult<unknown>;
     try {
-      const request = this.buildRunRequest(options, data, transportContext);
-      result = await this.idempotency.run(request, (idempotency: IdempotencyContextRef) => {
+      if (data instanceof UnparsableMessage) {
+        throw new UnparsableMessageError(options.consumer, data.reason);
+      }
+      request = this.buildRunRequest(options, data, transportContext);
+      result = await this.idempotency.run(request, async (idempotency: IdempotencyContextRef) => {
+        handler.context = idempotency;
         attachConsumerContext(context, idempotency);
-        return lastValueFrom(next.handle(), { defaultValue: undefined });
+        try {
+          return await lastValueFrom(next.handle(), { defaultValue: undefined });
+        } catch (error) {
+          handler.failure = { error };
+          throw error;
+        }
       });
     } catch (error) {
-      throw this.toTransportError(error, options, data, transportContext);
+      if (!options.settlement) {
+        throw this.toTransportError(error, options, data, transportContext);
+      }
+      const handlerFailed = request !== undefined && handler.failure !== undefined && handler.failure.error === error;
+      const outcome: ConsumerRunOutcome = {
+        ok: false,
+        error,
+        handlerOutcome: handlerFailed ? this.idempotency.failureOutcome(request!, error, handler.context) : undefined,
+      };
+      await options.settlement.settle(messageDisposition(outcome), { consumer: options.consumer, data, context: transportContext, error });
+      return undefined;
     }
     if (result.status === 'replayed') {
       await options.onDuplicate?.(data, transportContext);
     }
+    await options.settlement?.settle(messageDisposition({ ok: true, status: result.status }), {
+      consumer: options.consumer,
+      data,
+      context: transportContext,
+    });
     return result.value;
   }
 }

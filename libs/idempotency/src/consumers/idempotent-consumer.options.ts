@@ -1,4 +1,5 @@
 import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
+import type { MessageSettlement } from './message-settlement.js';
 
 /**
  * What every message adapter needs to deduplicate a message: who consumes it, how to name it,
@@ -64,4 +65,13 @@ export interface IdempotentConsumerOptions<TData = any, TContext = any>
    * @default the error as thrown
    */
   mapError?: (error: unknown, data: TData, context: TContext) => unknown;
+  /**
+   * Settles every message with its broker, on transports with manual acknowledgements: e.g.
+   * `rmqSettlement({ queue })` of `nestjs-idempotency/amqp` for RabbitMQ with `noAck: false`
+   * (ack a handled message or a duplicate, redeliver an in-progress duplicate or a transient
+   * failure after a delay, dead-letter a poison message). With a settlement, failures are
+   * reported to the broker and not thrown to the transport (`mapError` is not used).
+   * @default none: the transport acknowledges as it does for any handler
+   */
+  settlement?: MessageSettlement<TData, TContext>;
 }

@@ -20,6 +20,7 @@ import type {
   RunRequest,
   RunResult,
 } from './idempotency-engine.types.js';
+import { decideOutcome, type OutcomeOverride } from './outcome-policy.js';
 import { decodeRunBody, encodeRunFailure, encodeRunValue, unencodableRunValue } from './run-codec.js';
 import { buildScopedKey, type ScopeDimension } from './scoped-key.js';
 
@@ -38,6 +39,16 @@ export class IdempotencyRunner {
 
   run<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
     return this.telemetry.observeRun(request, () => this.runOnce(request, fn));
+  }
+
+  /**
+   * What the outcome policy makes of `error`, thrown by the function of `run(request, fn)`: the
+   * same decision `runClaimed()` has the engine apply (the status `error` is stored under, then
+   * what the function or the error forced).
+   */
+  failureOutcome(request: RunRequest, error: unknown, context?: IdempotencyContextRef): OutcomeOverride {
+    const policy = resolvePolicy(this.settings.policyOptions, request.options);
+    return decideOutcome(encodeRunFailure(error).statusCode, policy, context?.outcome ?? forcedOutcomeOf(error));
   }
 
   private async runOnce<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {

@@ -176,6 +176,15 @@ export class IdempotencyService implements OnApplicationShutdown {
     return this.settlement.abandon(claim);
   }
 
+  /**
+   * What the outcome policy made of `error`, thrown by the function of `run(request, fn)`:
+   * `store` (later runs get `replayed-failure`) or `release` (a later run runs `fn` again).
+   * Message adapters settle by it: acknowledge a stored failure, redeliver a released one.
+   */
+  failureOutcome(request: RunRequest, error: unknown, context?: IdempotencyContextRef): OutcomeOverride {
+    return this.runner.failureOutcome(request, error, context);
+  }
+
   onApplicationShutdown(): void {
     this.claims.dropAll();
   }

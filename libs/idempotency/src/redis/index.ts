@@ -5,3 +5,10 @@
 export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis-idempotency.store.js';
 export { REDIS_FAIL_FAST_OPTIONS } from './redis-connection.js';
 export { REDIS_STORE_SCRIPTS } from './redis-scripts.js';
+export {
+  EventDeduplicator,
+  type DedupStats,
+  type DedupVerdict,
+  type EventDeduplicatorOptions,
+} from './event-deduplicator.js';
+export { sizeEventDeduplicator, type EventDedupSizing, type EventDedupSizingInput } from './event-dedup-sizing.js';

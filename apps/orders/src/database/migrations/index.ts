@@ -2,6 +2,7 @@ import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { CreateOrdersAndPayments1764000000000 } from './1764000000000-create-orders-and-payments.js';
 import { CreatePaymentEvents1764200000000 } from './1764200000000-create-payment-events.js';
 import { CreateOutboxAndNotifications1764300000000 } from './1764300000000-create-outbox-and-notifications.js';
+import { AddOutboxMessageKey1764400000000 } from './1764400000000-add-outbox-message-key.js';
 
 /**
  * Every migration of the service, oldest first. Run at startup (never `synchronize`).
@@ -12,4 +13,5 @@ export const ORDERS_MIGRATIONS = [
   ...IDEMPOTENCY_TYPEORM_MIGRATIONS,
   CreatePaymentEvents1764200000000,
   CreateOutboxAndNotifications1764300000000,
+  AddOutboxMessageKey1764400000000,
 ];

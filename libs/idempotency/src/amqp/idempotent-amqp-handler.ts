@@ -1,0 +1,128 @@
+import { Logger } from '@nestjs/common';
+import type { Channel, ConsumeMessage } from 'amqplib';
+import { consumerRunRequest } from '../consumers/consumer-run-request.js';
+import type { ConsumerIdempotencyOptions } from '../consumers/idempotent-consumer.options.js';
+import { messageDisposition, type MessageDisposition } from '../consumers/message-disposition.js';
+import { UnparsableMessageError } from '../consumers/unparsable-message.js';
+import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
+import type { RunRequest } from '../engine/idempotency-engine.types.js';
+import type { IdempotencyService } from '../engine/idempotency.service.js';
+import { amqpMessageKey } from './amqp-message-key.js';
+import type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
+import { AmqpSettler } from './amqp-settler.js';
+
+/** A message as the options' functions see it: the parsed body and the AMQP message. @publicApi */
+export interface AmqpDelivery<TBody = unknown> {
+  body: TBody;
+  message: ConsumeMessage;
+}
+
+/**
+ * Options of `idempotentAmqpHandler()`: who consumes (the scope), how to name a message, the
+ * policy, and how to redeliver and dead-letter on `queue`.
+ *
+ * @publicApi
+ */
+export interface IdempotentAmqpHandlerOptions<TBody = unknown>
+  extends Omit<ConsumerIdempotencyOptions<AmqpDelivery<TBody>>, 'key'>,
+    AmqpRedeliveryOptions {
+  /** The channel the handler consumes on (`noAck: false`): acks, retries and dead letters go through it. */
+  channel: Channel;
+  /** The message's key. @default the `idempotency-key` header, else the `messageId` property (`amqpMessageKey`) */
+  key?: (delivery: AmqpDelivery<TBody>) => string | undefined;
+  /**
+   * Turns the body into what the handler gets; a throw dead-letters the message
+   * (`unparsable-body`). @default JSON that must be an object or an array
+   */
+  parse?: (content: Buffer, message: ConsumeMessage) => TBody;
+}
+
+/** The business logic of one message; its value is stored as the key's result. @publicApi */
+export type AmqpMessageHandler<TBody = unknown, TResult = unknown> = (
+  body: TBody,
+  context: IdempotencyContextRef,
+  message: ConsumeMessage,
+) => Promise<TResult> | TResult;
+
+function parseJson(content: Buffer): any {
+  const value: unknown = JSON.parse(content.toString('utf8'));
+  if (typeof value !== 'object' || value === null) throw new Error('the body is JSON, but not an object or an array');
+  return value;
+}
+
+/**
+ * A `channel.consume()` callback for apps that use amqplib directly: each message (by `key`)
+ * takes effect once through `IdempotencyService.run()`, and is settled on `channel`:
+ * - handled, or a duplicate of a completed message (the handler does not run): `ack`;
+ * - a duplicate while the original runs: waits in the retry queue for the original's remaining
+ *   lease, then comes back (and is acknowledged as a duplicate once the original completed);
+ * - the handler fails: a failure the outcome policy stores (a 4xx `HttpException`,
+ *   `IdempotencyFinalException`) is acknowledged, and later duplicates get it as `replayed-failure`;
+ *   a released one (any other error) is retried after a backoff, and dead-lettered
+ *   (`attempts-exhausted`) after `maxAttempts`;
+ * - poison (no key, a body `parse` refuses, a key reused with another payload): the dead-letter
+ *   queue, with the reason in `x-idempotency-dead-letter-reason`.
+ * The returned function never rejects: a message it cannot settle (the channel closed) is
+ * logged, and RabbitMQ redelivers it.
+ *
+ * @example
+ * await channel.consume('orders', idempotentAmqpHandler(idempotency, { channel, queue: 'orders', consumer: 'billing.order-created',
+ *   options: { transactional: true } }, async (event: OrderCreated, idem) => {
+ *     await idem.getManager<EntityManager>().insert(Invoice, { orderId: event.orderId });
+ *   }), { noAck: false });
+ * @publicApi
+ */
+export function idempotentAmqpHandler<TBody = any, TResult = unknown>(
+  idempotency: IdempotencyService,
+  options: IdempotentAmqpHandlerOptions<TBody>,
+  handler: AmqpMessageHandler<TBody, TResult>,
+): (message: ConsumeMessage | null) => Promise<void> {
+  const settler = new AmqpSettler(options);
+  const consumerOptions: ConsumerIdempotencyOptions<AmqpDelivery<TBody>> = {
+    ...options,
+    key: options.key ?? ((delivery) => amqpMessageKey(delivery.message)),
+  };
+  const parse = options.parse ?? parseJson;
+  const logger = new Logger('IdempotentAmqpHandler');
+  return async (message) => {
+    if (!message) return; // the broker cancelled the consumer
+    const seen: { context?: IdempotencyContextRef; failure?: { error: unknown } } = {};
+    let request: RunRequest | undefined;
+    let disposition: MessageDisposition;
+    let error: unknown;
+    try {
+      let body: TBody;
+      try {
+        body = parse(message.content, message);
+      } catch (parseError) {
+        throw new UnparsableMessageError(options.consumer, parseError instanceof Error ? parseError.message : String(parseError));
+      }
+      request = consumerRunRequest(consumerOptions, { body, message });
+      const result = await idempotency.run(request, async (context) => {
+        seen.context = context;
+        try {
+          return await handler(body, context, message);
+        } catch (handlerError) {
+          seen.failure = { error: handlerError };
+          throw handlerError;
+        }
+      });
+      disposition = messageDisposition({ ok: true, status: result.status });
+    } catch (thrown) {
+      error = thrown;
+      const handlerFailed = request !== undefined && seen.failure !== undefined && seen.failure.error === thrown;
+      disposition = messageDisposition({
+        ok: false,
+        error: thrown,
+        handlerOutcome: handlerFailed ? idempotency.failureOutcome(request!, thrown, seen.context) : undefined,
+      });
+    }
+    try {
+      await settler.settle(options.channel, message, disposition, { consumer: options.consumer, error });
+    } catch (settleError) {
+      logger.error(
+        `${options.consumer}: could not settle a message (${disposition.action}): ${(settleError as Error).message}; RabbitMQ redelivers it once the channel closes`,
+      );
+    }
+  };
+}
