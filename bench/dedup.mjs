@@ -34,7 +34,10 @@ await writeFile(
 );
 console.log('building the library and the dedup bench (tsc) ...');
 try {
-  await promisify(execFile)(process.execPath, [join(repoRoot, 'libs/idempotency/scripts/build.mjs')], { cwd: repoRoot, timeout: 300_000 });
+  await promisify(execFile)(process.execPath, [join(repoRoot, 'libs/idempotency/scripts/build.mjs')], {
+    cwd: repoRoot,
+    timeout: 300_000,
+  });
   const tsc = createRequire(import.meta.url).resolve('typescript/bin/tsc');
   await promisify(execFile)(process.execPath, [tsc, '-p', tsconfig], { cwd: repoRoot, timeout: 300_000 });
 } catch (error) {

@@ -86,7 +86,12 @@ export class BenchAppModule {
       providers: [
         BenchOrdersService,
         ...(config.kind === 'floor'
-          ? [{ provide: APP_INTERCEPTOR, useValue: new FloorIdempotencyInterceptor(config.redisUrl, config.redisPrefix) }]
+          ? [
+              {
+                provide: APP_INTERCEPTOR,
+                useValue: new FloorIdempotencyInterceptor(config.redisUrl, config.redisPrefix),
+              },
+            ]
           : []),
       ],
     };

@@ -21,7 +21,11 @@ export class PlainOrdersController {
 
   @Post()
   @HttpCode(201)
-  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+  async create(
+    @Body() dto: BenchOrderDto,
+    @Headers('x-tenant-id') tenant: string,
+    @Res({ passthrough: true }) res: ServerResponse,
+  ) {
     return located(res, await this.orders.create(tenant, dto));
   }
 }
@@ -36,7 +40,11 @@ export class PlainTransactionOrdersController {
 
   @Post()
   @HttpCode(201)
-  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+  async create(
+    @Body() dto: BenchOrderDto,
+    @Headers('x-tenant-id') tenant: string,
+    @Res({ passthrough: true }) res: ServerResponse,
+  ) {
     return located(res, await this.dataSource.transaction((manager) => this.orders.create(tenant, dto, manager)));
   }
 }
@@ -48,7 +56,11 @@ export class FloorOrdersController {
 
   @Post()
   @HttpCode(201)
-  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+  async create(
+    @Body() dto: BenchOrderDto,
+    @Headers('x-tenant-id') tenant: string,
+    @Res({ passthrough: true }) res: ServerResponse,
+  ) {
     return located(res, await this.orders.create(tenant, dto));
   }
 }
@@ -61,7 +73,11 @@ export class RedisOrdersController {
   @Post()
   @HttpCode(201)
   @Idempotent({ required: true })
-  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+  async create(
+    @Body() dto: BenchOrderDto,
+    @Headers('x-tenant-id') tenant: string,
+    @Res({ passthrough: true }) res: ServerResponse,
+  ) {
     return located(res, await this.orders.create(tenant, dto));
   }
 }
@@ -92,7 +108,11 @@ export class PeerOrdersController {
   @Post()
   @HttpCode(201)
   @PeerIdempotent({ enforceIdempotency: true })
-  async create(@Body() dto: BenchOrderDto, @Headers('x-tenant-id') tenant: string, @Res({ passthrough: true }) res: ServerResponse) {
+  async create(
+    @Body() dto: BenchOrderDto,
+    @Headers('x-tenant-id') tenant: string,
+    @Res({ passthrough: true }) res: ServerResponse,
+  ) {
     return located(res, await this.orders.create(tenant, dto));
   }
 }

@@ -42,7 +42,15 @@ export class BenchOrdersService {
       totalCents: dto.items.reduce((sum, item) => sum + item.quantity * item.unitPriceCents, 0),
       createdAt: new Date().toISOString(),
     };
-    await (manager ?? this.dataSource.manager).query(this.insertSql, [order.id, tenantId, order.customerId, order.currency, JSON.stringify(order.items), order.totalCents, order.createdAt]);
+    await (manager ?? this.dataSource.manager).query(this.insertSql, [
+      order.id,
+      tenantId,
+      order.customerId,
+      order.currency,
+      JSON.stringify(order.items),
+      order.totalCents,
+      order.createdAt,
+    ]);
     return order;
   }
 }

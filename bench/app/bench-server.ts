@@ -1,7 +1,14 @@
 /** The servers the scenarios run against: only the idempotency layer (or the transaction) differs. */
 export type BenchServerKind = 'plain' | 'plain-tx' | 'redis' | 'durable' | 'peer' | 'floor';
 
-export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = ['plain', 'plain-tx', 'redis', 'durable', 'peer', 'floor'];
+export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = [
+  'plain',
+  'plain-tx',
+  'redis',
+  'durable',
+  'peer',
+  'floor',
+];
 
 /** What a bench server process reads from its environment. */
 export interface BenchServerConfig {
@@ -17,7 +24,8 @@ export interface BenchServerConfig {
 /** Parses the environment the driver passes to a server process. */
 export function benchServerConfigFrom(env: NodeJS.ProcessEnv): BenchServerConfig {
   const kind = env.BENCH_SERVER as BenchServerKind;
-  if (!BENCH_SERVER_KINDS.includes(kind)) throw new Error(`BENCH_SERVER must be one of ${BENCH_SERVER_KINDS.join(', ')}`);
+  if (!BENCH_SERVER_KINDS.includes(kind))
+    throw new Error(`BENCH_SERVER must be one of ${BENCH_SERVER_KINDS.join(', ')}`);
   const need = (name: string): string => {
     const value = env[name];
     if (!value) throw new Error(`${name} is required`);

@@ -20,7 +20,10 @@ export class FloorIdempotencyInterceptor implements NestInterceptor {
   private readonly redis: Redis;
   private corked = false;
 
-  constructor(redisUrl: string, private readonly prefix: string) {
+  constructor(
+    redisUrl: string,
+    private readonly prefix: string,
+  ) {
     this.redis = new Redis(redisUrl, REDIS_FAIL_FAST_OPTIONS);
   }
 

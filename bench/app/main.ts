@@ -8,8 +8,7 @@ import { countDatabaseStatements, databaseStatementCount } from './statement-cou
 
 /** Messages between the driver (parent) and a bench server (this process, forked with IPC). */
 export type BenchServerMessage =
-  | { type: 'listening'; port: number }
-  | { type: 'counters'; dbStatements: number; cpuMicros: number };
+  { type: 'listening'; port: number } | { type: 'counters'; dbStatements: number; cpuMicros: number };
 
 /**
  * One bench server: listens on a free port of 127.0.0.1, tells the driver the port over IPC,

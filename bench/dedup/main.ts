@@ -63,7 +63,10 @@ async function falsePositives(redis: Redis, totalIds: number) {
   let allFalse = 0;
   const started = process.hrtime.bigint();
   for (let offset = 0; offset < totalIds; offset += BATCH) {
-    const ids = Array.from({ length: Math.min(BATCH, totalIds - offset) }, (_, i) => `evt-${offset + i}-${randomUUID()}`);
+    const ids = Array.from(
+      { length: Math.min(BATCH, totalIds - offset) },
+      (_, i) => `evt-${offset + i}-${randomUUID()}`,
+    );
     const verdicts = await dedup.checkMany(ids);
     verdicts.forEach((verdict, i) => {
       if (verdict !== 'maybe-seen') return;
@@ -78,7 +81,10 @@ async function falsePositives(redis: Redis, totalIds: number) {
   let bitmapBytes = 0;
   for (const key of keys) bitmapBytes += Number((await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
   const currentBucketStart = Math.floor(clock.peek() / sizing.bucketMs) * sizing.bucketMs;
-  const idsInLiveBuckets = Math.min(totalIds, Math.round(((clock.peek() - (currentBucketStart - BUCKETS * sizing.bucketMs)) / 1000) * RATE));
+  const idsInLiveBuckets = Math.min(
+    totalIds,
+    Math.round(((clock.peek() - (currentBucketStart - BUCKETS * sizing.bucketMs)) / 1000) * RATE),
+  );
   return {
     sizing,
     checks: totalIds,
@@ -145,7 +151,13 @@ async function lookupsSaved(redis: Redis, totalIds: number) {
     await dedup.checkMany(ids);
   }
   const stats = dedup.stats();
-  return { events: totalIds, duplicates, exactLookups: stats.maybeSeen, lookupsSaved: stats.lookupsSaved, savedShare: stats.lookupsSaved / totalIds };
+  return {
+    events: totalIds,
+    duplicates,
+    exactLookups: stats.maybeSeen,
+    lookupsSaved: stats.lookupsSaved,
+    savedShare: stats.lookupsSaved / totalIds,
+  };
 }
 
 export async function runDedupBench(argv: readonly string[], resultsDir: string): Promise<void> {
@@ -153,11 +165,22 @@ export async function runDedupBench(argv: readonly string[], resultsDir: string)
   const server = await startRedisServer({ args: ['--maxmemory-policy', 'noeviction'] });
   const redis = await openRedis(server.url, { commandTimeout: 60_000 });
   try {
-    console.log(`dedup bench: ${args.ids.toLocaleString('en')} distinct ids at ${RATE}/s (simulated), window ${WINDOW_MS / 1000} s in ${BUCKETS} buckets, target ${TARGET_FP}`);
+    console.log(
+      `dedup bench: ${args.ids.toLocaleString('en')} distinct ids at ${RATE}/s (simulated), window ${WINDOW_MS / 1000} s in ${BUCKETS} buckets, target ${TARGET_FP}`,
+    );
     const fp = await falsePositives(redis, args.ids);
     const memory = await fullRecordBytes(redis, server.url);
     const saved = await lookupsSaved(redis, Math.min(args.ids, 1_000_000));
-    const result = { date: new Date().toISOString(), rate: RATE, windowMs: WINDOW_MS, buckets: BUCKETS, targetFalsePositiveRate: TARGET_FP, ...fp, ...memory, lookups: saved };
+    const result = {
+      date: new Date().toISOString(),
+      rate: RATE,
+      windowMs: WINDOW_MS,
+      buckets: BUCKETS,
+      targetFalsePositiveRate: TARGET_FP,
+      ...fp,
+      ...memory,
+      lookups: saved,
+    };
     const { sizing } = fp;
     const lines = [
       `sizing: ${sizing.eventsPerBucket} ids per ${sizing.bucketMs} ms bucket, m = ${sizing.bitsPerBucket} bits, k = ${sizing.hashes}, ${sizing.bucketsChecked} bitmaps read per check`,

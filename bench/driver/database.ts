@@ -4,7 +4,12 @@ import { BENCH_ORDERS_TABLE } from '../app/bench-orders.service.js';
 
 /** Creates the handler's table and the durable idempotency table in the bench schema. */
 export async function prepareBenchSchema(databaseUrl: string, schema: string): Promise<void> {
-  const dataSource = new DataSource({ type: 'postgres', url: databaseUrl, schema, migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS });
+  const dataSource = new DataSource({
+    type: 'postgres',
+    url: databaseUrl,
+    schema,
+    migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  });
   await dataSource.initialize();
   try {
     await dataSource.query(

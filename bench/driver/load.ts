@@ -51,7 +51,12 @@ function requestOf(scenario: Scenario, replayKey: string): AutocannonRequest {
 }
 
 /** Runs autocannon against `url` for the scenario. */
-export async function runLoad(url: string, scenario: Scenario, replayKey: string, options: LoadOptions): Promise<LoadResult> {
+export async function runLoad(
+  url: string,
+  scenario: Scenario,
+  replayKey: string,
+  options: LoadOptions,
+): Promise<LoadResult> {
   const result = await autocannon({
     url,
     connections: options.connections,

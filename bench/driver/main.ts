@@ -70,8 +70,12 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     const replayKey = `bench-replay-${randomUUID()}`;
     let responseBodyBytes = 0;
     for (const scenario of SCENARIOS) {
-      const first = await sendOnce(servers.get(scenario.name)!.url, scenario.keys === 'replay' ? replayKey : randomUUID());
-      if (first.status !== 201) throw new Error(`${scenario.name}: the first request answered ${first.status}, expected 201`);
+      const first = await sendOnce(
+        servers.get(scenario.name)!.url,
+        scenario.keys === 'replay' ? replayKey : randomUUID(),
+      );
+      if (first.status !== 201)
+        throw new Error(`${scenario.name}: the first request answered ${first.status}, expected 201`);
       responseBodyBytes = first.bodyBytes;
     }
     const load = (durationSeconds: number): LoadOptions => ({ connections: settings.connections, durationSeconds });
@@ -108,7 +112,10 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     const summary = summarize({
       rounds,
       redisBytesPerRecord: await medianBytesPerKey(stats, SCENARIOS.find((s) => s.name === 'fresh-redis')!.redisPrefix),
-      peerRedisBytesPerRecord: await medianBytesPerKey(stats, SCENARIOS.find((s) => s.name === 'peer-fresh')!.redisPrefix),
+      peerRedisBytesPerRecord: await medianBytesPerKey(
+        stats,
+        SCENARIOS.find((s) => s.name === 'peer-fresh')!.redisPrefix,
+      ),
       responseBodyBytes,
       settings,
       loadBefore,

@@ -69,23 +69,33 @@ export function summarize(measurements: Measurements) {
     cpuOverPlainMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest) - plainCpu),
   }));
   const ratios: RatioSummary[] = RATIOS.map(({ numerator, denominator, target }) => {
-    const perRound = measurements.rounds.map((round) => round2(round.get(numerator)!.rps / round.get(denominator)!.rps));
+    const perRound = measurements.rounds.map((round) =>
+      round2(round.get(numerator)!.rps / round.get(denominator)!.rps),
+    );
     const value = round2(median(perRound));
-    return { name: `${numerator} / ${denominator}`, median: value, perRound, target, met: target === undefined ? undefined : value >= target };
+    return {
+      name: `${numerator} / ${denominator}`,
+      median: value,
+      perRound,
+      target,
+      met: target === undefined ? undefined : value >= target,
+    };
   });
   const byName = new Map(scenarios.map((s) => [s.name, s]));
   return {
     generatedAt: new Date().toISOString(),
     settings: measurements.settings,
     machine: { loadAverage1mBefore: round2(measurements.loadBefore), loadAverage1mAfter: round2(loadavg()[0]!) },
-    scenarios: scenarios.map(({ name, rps, p50Ms, p99Ms, serverCpuMicrosPerRequest, cpuOverPlainMicrosPerRequest }) => ({
-      name,
-      rps,
-      p50Ms,
-      p99Ms,
-      serverCpuMicrosPerRequest,
-      cpuOverPlainMicrosPerRequest,
-    })),
+    scenarios: scenarios.map(
+      ({ name, rps, p50Ms, p99Ms, serverCpuMicrosPerRequest, cpuOverPlainMicrosPerRequest }) => ({
+        name,
+        rps,
+        p50Ms,
+        p99Ms,
+        serverCpuMicrosPerRequest,
+        cpuOverPlainMicrosPerRequest,
+      }),
+    ),
     redisCommandsPerRequest: {
       fresh: byName.get('fresh-redis')!.redisCommandsPerRequest,
       replay: byName.get('replay-redis')!.redisCommandsPerRequest,
@@ -110,7 +120,18 @@ export type Summary = ReturnType<typeof summarize>;
 
 /** The table and the ratios, as printed at the end of a run. */
 export function formatSummary(summary: Summary): string {
-  const header = ['scenario', 'req/s', 'p50 ms', 'p99 ms', 'Redis cmds/req', '(run in Redis)', 'DB stmts/req', 'server CPU µs/req', 'µs over plain', 'failed'];
+  const header = [
+    'scenario',
+    'req/s',
+    'p50 ms',
+    'p99 ms',
+    'Redis cmds/req',
+    '(run in Redis)',
+    'DB stmts/req',
+    'server CPU µs/req',
+    'µs over plain',
+    'failed',
+  ];
   const rows = summary.details.scenarios.map((s) => [
     s.name,
     String(s.rps),
@@ -124,15 +145,28 @@ export function formatSummary(summary: Summary): string {
     String(s.failures),
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-  const line = (cells: string[]) => `| ${cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join(' | ')} |`;
-  const out = [line(header), `|${widths.map((w, i) => (i === 0 ? '-'.repeat(w + 2) : `${'-'.repeat(w + 1)}:`)).join('|')}|`, ...rows.map(line), ''];
+  const line = (cells: string[]) =>
+    `| ${cells.map((cell, i) => (i === 0 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!))).join(' | ')} |`;
+  const out = [
+    line(header),
+    `|${widths.map((w, i) => (i === 0 ? '-'.repeat(w + 2) : `${'-'.repeat(w + 1)}:`)).join('|')}|`,
+    ...rows.map(line),
+    '',
+  ];
   out.push('Ratios (median of the same-round ratios):');
   for (const ratio of summary.ratios) {
-    const verdict = ratio.target === undefined ? '' : ` target >= ${ratio.target.toFixed(2)}: ${ratio.met ? 'met' : 'MISSED'}`;
-    out.push(`  ${ratio.name.padEnd(30)} ${ratio.median.toFixed(2)}  (rounds: ${ratio.perRound.map((r) => r.toFixed(2)).join(', ')})${verdict}`);
+    const verdict =
+      ratio.target === undefined ? '' : ` target >= ${ratio.target.toFixed(2)}: ${ratio.met ? 'met' : 'MISSED'}`;
+    out.push(
+      `  ${ratio.name.padEnd(30)} ${ratio.median.toFixed(2)}  (rounds: ${ratio.perRound.map((r) => r.toFixed(2)).join(', ')})${verdict}`,
+    );
   }
   out.push('');
-  out.push(`Redis memory per completed record: ${summary.redisBytesPerRecord ?? '?'} bytes (peer: ${summary.details.peerRedisBytesPerRecord ?? '?'}), response body ${summary.details.responseBodyBytes} bytes`);
-  out.push(`Load average (1 min) before / after: ${summary.machine.loadAverage1mBefore} / ${summary.machine.loadAverage1mAfter} on ${summary.settings.connections} connections`);
+  out.push(
+    `Redis memory per completed record: ${summary.redisBytesPerRecord ?? '?'} bytes (peer: ${summary.details.peerRedisBytesPerRecord ?? '?'}), response body ${summary.details.responseBodyBytes} bytes`,
+  );
+  out.push(
+    `Load average (1 min) before / after: ${summary.machine.loadAverage1mBefore} / ${summary.machine.loadAverage1mAfter} on ${summary.settings.connections} connections`,
+  );
   return out.join('\n');
 }

@@ -5,7 +5,13 @@ import { Logger } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { dataSourceOptionsFor } from '../../apps/orders/src/database/data-source-options.js';
 import { migrateDatabase } from '../../apps/orders/src/database/migrate.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  queryTestDatabase,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
 
 /**
  * The migrations on both databases, and the advisory lock that lets several instances migrate
@@ -15,7 +21,16 @@ import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL
 describe('migrations', () => {
   beforeAll(() => Logger.overrideLogger(['error', 'fatal']));
 
-  const TABLES = ['idempotency_records', 'migrations', 'order_items', 'order_notifications', 'orders', 'outbox_events', 'payment_events', 'payments'];
+  const TABLES = [
+    'idempotency_records',
+    'migrations',
+    'order_items',
+    'order_notifications',
+    'orders',
+    'outbox_events',
+    'payment_events',
+    'payments',
+  ];
   const APPLIED = [
     'AddIdempotencyRecordsInProgressIndex1764150000000',
     'AddOutboxMessageKey1764400000000',
@@ -34,14 +49,18 @@ describe('migrations', () => {
    */
   const expectPaymentEntitiesMatchSchema = async (source: DataSource) => {
     const pending = await source.driver.createSchemaBuilder().log();
-    expect(pending.upQueries.map((q) => q.query).filter((query) => /payment|outbox|notification/i.test(query))).toEqual([]);
+    expect(pending.upQueries.map((q) => q.query).filter((query) => /payment|outbox|notification/i.test(query))).toEqual(
+      [],
+    );
   };
 
   describe('on PostgreSQL', () => {
     let schema: string;
     const sources: DataSource[] = [];
     const newSource = async () => {
-      const source = await new DataSource(dataSourceOptionsFor({ kind: 'postgres', url: TEST_DATABASE_URL, schema })).initialize();
+      const source = await new DataSource(
+        dataSourceOptionsFor({ kind: 'postgres', url: TEST_DATABASE_URL, schema }),
+      ).initialize();
       sources.push(source);
       return source;
     };
@@ -95,10 +114,10 @@ describe('migrations', () => {
       await insertPayment('p1');
       await expect(insertPayment('p2')).rejects.toThrow(/UQ_payments_provider_key|unique/i);
       await expect(
-        source.query('INSERT INTO order_items (order_id, position, sku, quantity, unit_price_cents) VALUES ($1, 0, $2, 1, 1)', [
-          'no-such-order',
-          'A',
-        ]),
+        source.query(
+          'INSERT INTO order_items (order_id, position, sku, quantity, unit_price_cents) VALUES ($1, 0, $2, 1, 1)',
+          ['no-such-order', 'A'],
+        ),
       ).rejects.toThrow(/foreign key/i);
     });
   });

@@ -47,7 +47,12 @@ describe(`admin routes on ${serversName}`, () => {
    */
   const hangingClaim = async (tenantId: string, key: string) => {
     const keyId = served.app.get(IdempotencyAdmin).keyIdOf({ operation: OPERATION, tenant: tenantId, key });
-    const request = { ownerToken: randomBytes(16).toString('base64url'), fingerprint: 'hanging-handler', leaseMs: 30_000, ttlMs: 86_400_000 };
+    const request = {
+      ownerToken: randomBytes(16).toString('base64url'),
+      fingerprint: 'hanging-handler',
+      leaseMs: 30_000,
+      ttlMs: 86_400_000,
+    };
     const tiers = [served.app.get(DurableIdempotencyStore), served.app.get(IdempotencyStore)];
     for (const tier of tiers) {
       const claimed = await tier.claim(keyId, request);
@@ -70,15 +75,24 @@ describe(`admin routes on ${serversName}`, () => {
       ['GET', '/in-progress?olderThanMs=0', undefined],
       ['POST', '/records/release', { operation: OPERATION, key: 'k', reason: 'test' }],
     ];
-    it.each(routes)('%s %s without a token, with a wrong one, or another scheme: 401 problem with a Bearer challenge', async (method, path, body) => {
-      for (const authorization of [undefined, `Bearer ${TOKEN}x`, `Bearer ${TOKEN.slice(0, -1)}`, `Basic ${TOKEN}`, 'Bearer']) {
-        const headers: Record<string, string> = { 'X-Tenant-ID': newTenant(), 'X-Admin-Actor': ACTOR };
-        if (authorization !== undefined) headers.Authorization = authorization;
-        const res = await send(served.url, `/admin/idempotency${path}`, { method, body, headers });
-        expectProblem(res, 401, 'admin-unauthorized');
-        expect(res.headers.get('www-authenticate')).toBe('Bearer realm="orders-admin"');
-      }
-    });
+    it.each(routes)(
+      '%s %s without a token, with a wrong one, or another scheme: 401 problem with a Bearer challenge',
+      async (method, path, body) => {
+        for (const authorization of [
+          undefined,
+          `Bearer ${TOKEN}x`,
+          `Bearer ${TOKEN.slice(0, -1)}`,
+          `Basic ${TOKEN}`,
+          'Bearer',
+        ]) {
+          const headers: Record<string, string> = { 'X-Tenant-ID': newTenant(), 'X-Admin-Actor': ACTOR };
+          if (authorization !== undefined) headers.Authorization = authorization;
+          const res = await send(served.url, `/admin/idempotency${path}`, { method, body, headers });
+          expectProblem(res, 401, 'admin-unauthorized');
+          expect(res.headers.get('www-authenticate')).toBe('Bearer realm="orders-admin"');
+        }
+      },
+    );
 
     it('a release without the token changes nothing: the stuck record still blocks the key', async () => {
       const tenantId = newTenant();
@@ -98,7 +112,9 @@ describe(`admin routes on ${serversName}`, () => {
     const document = (await send(served.url, '/docs-json', { method: 'GET' })).json();
     const release = document.paths['/admin/idempotency/records/release'].post;
     expect(release.security).toEqual([{ 'admin-token': [] }]);
-    expect(release.parameters).toContainEqual(expect.objectContaining({ name: 'X-Admin-Actor', in: 'header', required: true }));
+    expect(release.parameters).toContainEqual(
+      expect.objectContaining({ name: 'X-Admin-Actor', in: 'header', required: true }),
+    );
     expect(document.components.securitySchemes['admin-token']).toMatchObject({ type: 'http', scheme: 'bearer' });
   });
 
@@ -111,11 +127,20 @@ describe(`admin routes on ${serversName}`, () => {
       const res = await admin(`/records?operation=${OPERATION}&key=${key}`, { headers: { 'X-Tenant-ID': tenantId } });
       expect(res.status).toBe(200);
       const found = res.json();
-      expect(found.keyId).toBe(served.app.get(IdempotencyAdmin).keyIdOf({ operation: OPERATION, tenant: tenantId, key, scope: ['tenant', 'operation'] }));
+      expect(found.keyId).toBe(
+        served.app
+          .get(IdempotencyAdmin)
+          .keyIdOf({ operation: OPERATION, tenant: tenantId, key, scope: ['tenant', 'operation'] }),
+      );
       for (const tier of ['fast', 'durable']) {
         expect(found[tier]).toMatchObject({
           status: 'found',
-          record: { state: 'completed', fencingToken: 1, leaseLapsed: false, response: { statusCode: 201, bodyOmitted: false } },
+          record: {
+            state: 'completed',
+            fencingToken: 1,
+            leaseLapsed: false,
+            response: { statusCode: 201, bodyOmitted: false },
+          },
         });
         expect(found[tier].record.response.bodyBytes).toBe(created.body.length);
         expect(found[tier].record.response).not.toHaveProperty('bodyBase64');
@@ -132,22 +157,34 @@ describe(`admin routes on ${serversName}`, () => {
       const tenantId = newTenant();
       const key = randomUUID();
       expect((await createOrder(tenantId, `"${key}"`)).status).toBe(201);
-      const quoted = await admin(`/records?operation=${OPERATION}&key=${encodeURIComponent(`"${key}"`)}`, { headers: { 'X-Tenant-ID': tenantId } });
+      const quoted = await admin(`/records?operation=${OPERATION}&key=${encodeURIComponent(`"${key}"`)}`, {
+        headers: { 'X-Tenant-ID': tenantId },
+      });
       expect(quoted.json().fast.status).toBe('found');
-      const unknown = await admin(`/records?operation=${OPERATION}&key=${randomUUID()}`, { headers: { 'X-Tenant-ID': tenantId } });
+      const unknown = await admin(`/records?operation=${OPERATION}&key=${randomUUID()}`, {
+        headers: { 'X-Tenant-ID': tenantId },
+      });
       expect(unknown.status).toBe(200);
       expect(unknown.json()).toMatchObject({ fast: { status: 'absent' }, durable: { status: 'absent' } });
     });
 
     it('refuses bad input with a problem: no tenant, no key, keyId with key, a malformed keyId or includeBody', async () => {
       expectProblem(await admin(`/records?operation=${OPERATION}&key=k`), 400, 'tenant-required');
-      expectProblem(await admin(`/records?operation=${OPERATION}&key=k`, { headers: { 'X-Tenant-ID': 'nope' } }), 400, 'tenant-invalid');
+      expectProblem(
+        await admin(`/records?operation=${OPERATION}&key=k`, { headers: { 'X-Tenant-ID': 'nope' } }),
+        400,
+        'tenant-invalid',
+      );
       const tenant = { headers: { 'X-Tenant-ID': newTenant() } };
       expectProblem(await admin(`/records?operation=${OPERATION}`, tenant), 400, 'validation-error');
       expectProblem(await admin(`/records?keyId=${'a'.repeat(32)}&key=k`, tenant), 400, 'validation-error');
       expectProblem(await admin('/records?keyId=XYZ', tenant), 400, 'validation-error');
       expectProblem(await admin(`/records?keyId=${'a'.repeat(32)}&includeBody=yes`, tenant), 400, 'validation-error');
-      expectProblem(await admin(`/records?operation=${OPERATION}&key=${encodeURIComponent('"unterminated')}`, tenant), 400, 'validation-error');
+      expectProblem(
+        await admin(`/records?operation=${OPERATION}&key=${encodeURIComponent('"unterminated')}`, tenant),
+        400,
+        'validation-error',
+      );
     });
   });
 
@@ -165,14 +202,21 @@ describe(`admin routes on ${serversName}`, () => {
         const { status, error } = listed.json()[tier];
         expect({ tier, status, error }).toEqual({ tier, status: 'listed', error: undefined });
         const mine = listed.json()[tier].records.find((entry: { keyId: string }) => entry.keyId === keyId);
-        expect(mine).toMatchObject({ keyId, record: { state: 'in_progress', ownerToken: claim.ownerToken, leaseLapsed: false } });
+        expect(mine).toMatchObject({
+          keyId,
+          record: { state: 'in_progress', ownerToken: claim.ownerToken, leaseLapsed: false },
+        });
       }
       const young = await admin('/in-progress?olderThanMs=3600000');
       expect(young.json().durable.records.map((entry: { keyId: string }) => entry.keyId)).not.toContain(keyId);
 
       const noActor = await admin('/records/release', { method: 'POST', body: { keyId, reason: 'INC-42' } });
       expectProblem(noActor, 400, 'validation-error');
-      const noReason = await admin('/records/release', { method: 'POST', body: { keyId }, headers: { 'X-Admin-Actor': ACTOR } });
+      const noReason = await admin('/records/release', {
+        method: 'POST',
+        body: { keyId },
+        headers: { 'X-Admin-Actor': ACTOR },
+      });
       expectProblem(noReason, 400, 'validation-error');
       expect((await createOrder(tenantId, key)).status).toBe(BLOCKED);
 
@@ -206,7 +250,12 @@ describe(`admin routes on ${serversName}`, () => {
       const release = (includeCompleted?: boolean) =>
         admin('/records/release', {
           method: 'POST',
-          body: { operation: OPERATION, key, reason: 'wrong response stored', ...(includeCompleted !== undefined && { includeCompleted }) },
+          body: {
+            operation: OPERATION,
+            key,
+            reason: 'wrong response stored',
+            ...(includeCompleted !== undefined && { includeCompleted }),
+          },
           headers: { 'X-Tenant-ID': tenantId, 'X-Admin-Actor': ACTOR },
         });
       const kept = await release();
@@ -235,11 +284,16 @@ describe('admin routes without ADMIN_TOKEN', () => {
 
   it('do not exist: 404 problem, whatever token is sent', async () => {
     for (const path of ['/records?keyId=' + 'a'.repeat(32), '/in-progress']) {
-      const res = await send(served.url, `/admin/idempotency${path}`, { method: 'GET', headers: { Authorization: `Bearer ${TOKEN}` } });
+      const res = await send(served.url, `/admin/idempotency${path}`, {
+        method: 'GET',
+        headers: { Authorization: `Bearer ${TOKEN}` },
+      });
       expect(res.status).toBe(404);
       expect(res.json()).toMatchObject({ type: `${PROBLEM_BASE}not-found` });
     }
-    const release = await send(served.url, '/admin/idempotency/records/release', { body: { keyId: 'a'.repeat(32), reason: 'x' } });
+    const release = await send(served.url, '/admin/idempotency/records/release', {
+      body: { keyId: 'a'.repeat(32), reason: 'x' },
+    });
     expect(release.status).toBe(404);
   });
 });

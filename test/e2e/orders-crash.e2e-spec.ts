@@ -1,7 +1,14 @@
 import { randomUUID } from 'node:crypto';
 import type pg from 'pg';
 import { buildOrdersAppOnce, startOrdersProcess, type OrdersProcess } from '../support/orders/app-process.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  queryTestDatabase,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+  waitForLockWaiters,
+} from '../support/servers/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
@@ -19,7 +26,13 @@ describe('sample service killed (SIGKILL) inside its transaction', () => {
   const processes: OrdersProcess[] = [];
 
   const count = async (table: 'orders' | 'payments', tenantId: string) =>
-    Number((await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table} WHERE tenant_id = $1`, [tenantId]))[0].n);
+    Number(
+      (
+        await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table} WHERE tenant_id = $1`, [
+          tenantId,
+        ])
+      )[0].n,
+    );
   const post = (proc: OrdersProcess, tenantId: string, key: string, body: unknown) =>
     fetch(`${proc.url}/orders`, {
       method: 'POST',

@@ -6,7 +6,13 @@ import type { INestApplication } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { send, type HttpResult } from '../support/http/send.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  queryTestDatabase,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
 import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';

@@ -7,12 +7,24 @@ import type pg from 'pg';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { send, type HttpResult } from '../support/http/send.js';
 import { sleep } from '../support/timing.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+  waitForLockWaiters,
+} from '../support/servers/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
 import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';
 import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
-import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from '../support/net/store-commands.js';
+import {
+  PG_COMMIT,
+  PG_DURABLE_CLAIM,
+  PG_DURABLE_COMPLETE,
+  REDIS_CLAIM,
+  REDIS_COMPLETE,
+} from '../support/net/store-commands.js';
 
 /**
  * Faults at each step of `POST /orders` (transactional, durable): before the claim, right after
@@ -196,7 +208,14 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
     expect(retry.body.equals(first.body)).toBe(true);
     await attempt.expectOneOrderOneCharge();
     // The retry completed the fast record from the durable row: the next one is a fast-tier replay.
-    const keyId = app.get(IdempotencyAdmin).keyIdOf({ operation: 'orders.create', tenant: attempt.tenantId, key: attempt.key, scope: ['tenant', 'operation'] });
+    const keyId = app
+      .get(IdempotencyAdmin)
+      .keyIdOf({
+        operation: 'orders.create',
+        tenant: attempt.tenantId,
+        key: attempt.key,
+        scope: ['tenant', 'operation'],
+      });
     expect((await app.get(IdempotencyService).store.get(keyId))?.state).toBe('completed');
     expect(isReplay(await attempt.send())).toBe(true);
   });

@@ -56,7 +56,12 @@ describe.each(backends)('GET /metrics on %s', (_name, setUp) => {
     const tenant = newTenant();
     const key = `metrics-${randomUUID()}`;
     const post = (body: object) =>
-      http.post('/orders').set('X-Tenant-ID', tenant).set('Idempotency-Key', key).set('Content-Type', 'application/json').send(body);
+      http
+        .post('/orders')
+        .set('X-Tenant-ID', tenant)
+        .set('Idempotency-Key', key)
+        .set('Content-Type', 'application/json')
+        .send(body);
     const before = (await scrape()).samples;
     const body = orderBody();
     expect((await post(body)).status).toBe(201);
@@ -66,15 +71,20 @@ describe.each(backends)('GET /metrics on %s', (_name, setUp) => {
     const { text, samples } = await scrape();
     // The route names its operation (`@Idempotent({ operation: 'orders.create' })`).
     const operation = 'orders.create';
-    const delta = (name: string, labels: Record<string, string>) => value(samples, name, labels) - value(before, name, labels);
+    const delta = (name: string, labels: Record<string, string>) =>
+      value(samples, name, labels) - value(before, name, labels);
     expect(delta('idempotency_claims_total', { operation, tier: 'durable', outcome: 'fresh' })).toBe(1);
     expect(delta('idempotency_replays_total', { operation, outcome: 'replayed' })).toBe(1);
     expect(delta('idempotency_conflicts_total', { operation, kind: 'mismatch' })).toBe(1);
     expect(delta('idempotency_handler_duration_count', { operation, outcome: 'ok' })).toBe(1);
     expect(delta('idempotency_record_size_count', { operation, tier: 'durable', outcome: 'stored' })).toBe(1);
     expect(value(samples, 'idempotency_store_duration_count', { tier: 'durable', phase: 'transaction' })).toBe(0);
-    expect(value(samples, 'idempotency_store_duration_count', { tier: 'fast', phase: 'claim', outcome: 'ok' })).toBeGreaterThanOrEqual(3);
-    expect(value(samples, 'idempotency_store_duration_count', { tier: 'durable', phase: 'claim', outcome: 'ok' })).toBeGreaterThanOrEqual(1);
+    expect(
+      value(samples, 'idempotency_store_duration_count', { tier: 'fast', phase: 'claim', outcome: 'ok' }),
+    ).toBeGreaterThanOrEqual(3);
+    expect(
+      value(samples, 'idempotency_store_duration_count', { tier: 'durable', phase: 'claim', outcome: 'ok' }),
+    ).toBeGreaterThanOrEqual(1);
     expect(text).toMatch(/^# HELP idempotency_claims_total Claims that let the handler run/m);
     expect(text).toMatch(/^# TYPE idempotency_store_duration histogram$/m);
     expect(text).not.toContain(key);

@@ -1,7 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { expectOneFreshTheRestBusyOrReplayed } from '../support/http/concurrency.js';
 import { send } from '../support/http/send.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
 import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';

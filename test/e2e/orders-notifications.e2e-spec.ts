@@ -118,7 +118,14 @@ describe.each(backends)('order confirmations on %s', (_name, setUp) => {
     // As if another order.created of this order had committed and its process had died at once.
     const eventId = randomUUID();
     await db.transaction((manager) =>
-      manager.insert(OutboxEvent, { id: eventId, type: 'order.created', tenantId, orderId, createdAtMs: Date.now(), dispatchedAtMs: null }),
+      manager.insert(OutboxEvent, {
+        id: eventId,
+        type: 'order.created',
+        tenantId,
+        orderId,
+        createdAtMs: Date.now(),
+        dispatchedAtMs: null,
+      }),
     );
     const list = await waitForNotifications(tenantId, orderId, 2);
     expect(list.map((n) => n.eventId)).toContain(eventId);

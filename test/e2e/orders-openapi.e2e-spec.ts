@@ -14,7 +14,12 @@ describe(`OpenAPI document on ${embeddedName}`, () => {
     const document = res.json();
     const create = document.paths['/orders'].post;
     expect(create.parameters).toContainEqual(
-      expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: true, schema: { type: 'string', maxLength: 255 } }),
+      expect.objectContaining({
+        name: 'Idempotency-Key',
+        in: 'header',
+        required: true,
+        schema: { type: 'string', maxLength: 255 },
+      }),
     );
     for (const status of ['400', '409', '422', '503']) {
       const schema = create.responses[status]?.content?.['application/problem+json']?.schema;

@@ -9,8 +9,20 @@ import { TransactionRunner } from '../../apps/orders/src/database/transaction-ru
 import { OutboxEvent } from '../../apps/orders/src/events/outbox-event.entity.js';
 import { OutboxRelay } from '../../apps/orders/src/events/outbox.relay.js';
 import { send } from '../support/http/send.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, rabbitmqUrl, waitFor } from '../support/servers/rabbitmq.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
+import {
+  confirmChannel,
+  connectRabbitOrFail,
+  deleteQueues,
+  drain,
+  rabbitmqUrl,
+  waitFor,
+} from '../support/servers/rabbitmq.js';
 import { startOrdersApp } from '../support/orders/orders-app.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
@@ -95,7 +107,10 @@ describe('outbox relays of two instances on one PostgreSQL schema', () => {
 
   it('dispatched events past their retention are deleted in batches by both instances at once; the rest stay', async () => {
     const now = Date.now();
-    const old = pendingEvents(1_200, now - 3 * HOUR_MS).map((event, i) => ({ ...event, dispatchedAtMs: now - 2 * HOUR_MS + i }));
+    const old = pendingEvents(1_200, now - 3 * HOUR_MS).map((event, i) => ({
+      ...event,
+      dispatchedAtMs: now - 2 * HOUR_MS + i,
+    }));
     const recent = pendingEvents(50, now - 60_000).map((event) => ({ ...event, dispatchedAtMs: now - 30_000 }));
     const pending = pendingEvents(20, now - 3 * HOUR_MS);
     await db.transaction(async (manager) => {
@@ -117,7 +132,11 @@ describe('outbox on the embedded database', () => {
 
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), 'orders-outbox-'));
-    ({ app, url } = await startOrdersApp({ DATA_DIR: dir, OUTBOX_RETENTION_MS: '0', OUTBOX_CLEANUP_INTERVAL_MS: '86400000' }));
+    ({ app, url } = await startOrdersApp({
+      DATA_DIR: dir,
+      OUTBOX_RETENTION_MS: '0',
+      OUTBOX_CLEANUP_INTERVAL_MS: '86400000',
+    }));
   });
   afterAll(async () => {
     await app?.close();
@@ -126,15 +145,23 @@ describe('outbox on the embedded database', () => {
 
   it('the event of an order is dispatched (in-process), then deleted by the cleanup once past its retention', async () => {
     const tenantId = newTenant();
-    const created = await send(url, '/orders', { key: randomUUID(), body: orderBody(), headers: { 'X-Tenant-ID': tenantId } });
+    const created = await send(url, '/orders', {
+      key: randomUUID(),
+      body: orderBody(),
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(created.status).toBe(201);
     const orderId = created.json<{ id: string }>().id;
     const db = app.get(TransactionRunner);
     await waitFor(
-      async () => (await db.read((manager) => manager.countBy(OutboxEvent, { orderId, dispatchedAtMs: Not(IsNull()) }))) === 1,
+      async () =>
+        (await db.read((manager) => manager.countBy(OutboxEvent, { orderId, dispatchedAtMs: Not(IsNull()) }))) === 1,
       'the event was dispatched',
     );
-    const notifications = await send(url, `/orders/${orderId}/notifications`, { method: 'GET', headers: { 'X-Tenant-ID': tenantId } });
+    const notifications = await send(url, `/orders/${orderId}/notifications`, {
+      method: 'GET',
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(notifications.json<unknown[]>()).toHaveLength(1);
     await new Promise((resolve) => setTimeout(resolve, 5));
     expect(await app.get(OutboxRelay).cleanUp()).toBeGreaterThanOrEqual(1);

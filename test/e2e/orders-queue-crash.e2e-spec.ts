@@ -8,7 +8,14 @@ import {
   type OrdersWorkerProcess,
 } from '../support/orders/app-process.js';
 import { sleep } from '../support/timing.js';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName, waitForLockWaiters } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  queryTestDatabase,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+  waitForLockWaiters,
+} from '../support/servers/postgres.js';
 import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
@@ -32,7 +39,12 @@ describe('order.created redelivered after its worker is killed (SIGKILL) mid-pro
 
   const notifications = async (orderId: string) =>
     Number(
-      (await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".order_notifications WHERE order_id = $1`, [orderId]))[0].n,
+      (
+        await queryTestDatabase<{ n: string }>(
+          `SELECT count(*) AS n FROM "${schema}".order_notifications WHERE order_id = $1`,
+          [orderId],
+        )
+      )[0].n,
     );
 
   beforeAll(async () => {
@@ -95,7 +107,10 @@ describe('order.created redelivered after its worker is killed (SIGKILL) mid-pro
     // The job ends completed, and nothing sends a second confirmation afterwards.
     const client = await openRedis(redis.url);
     try {
-      const events = await queryTestDatabase<{ id: string }>(`SELECT id FROM "${schema}".outbox_events WHERE order_id = $1`, [orderId]);
+      const events = await queryTestDatabase<{ id: string }>(
+        `SELECT id FROM "${schema}".outbox_events WHERE order_id = $1`,
+        [orderId],
+      );
       expect(events).toHaveLength(1);
       const jobKey = `bull:order-events:${events[0].id}`;
       const finishedBy = Date.now() + 10_000;
@@ -109,7 +124,9 @@ describe('order.created redelivered after its worker is killed (SIGKILL) mid-pro
     expect(second.output()).toMatch(/takeover of a dead lease .*fencing=2/);
     await sleep(1000);
     expect(await notifications(orderId)).toBe(1);
-    const listed = await fetch(`${server.url}/orders/${orderId}/notifications`, { headers: { 'X-Tenant-ID': tenantId } });
+    const listed = await fetch(`${server.url}/orders/${orderId}/notifications`, {
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(((await listed.json()) as unknown[]).length).toBe(1);
   }, 90_000);
 });

@@ -8,8 +8,22 @@ import { TransactionRunner } from '../../apps/orders/src/database/transaction-ru
 import { OrderNotification } from '../../apps/orders/src/notifications/order-notification.entity.js';
 import { OutboxEvent } from '../../apps/orders/src/events/outbox-event.entity.js';
 import { send } from '../support/http/send.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
+import {
+  confirmChannel,
+  connectRabbitOrFail,
+  deleteQueues,
+  drain,
+  publishConfirmed,
+  rabbitmqUrl,
+  readyCount,
+  waitFor,
+} from '../support/servers/rabbitmq.js';
 import { startOrdersApp } from '../support/orders/orders-app.js';
 import { connectRedisOrFail, TEST_REDIS_URL } from '../support/servers/redis.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
@@ -76,7 +90,11 @@ describe('orders service with RABBITMQ_URL (PostgreSQL + Redis + RabbitMQ)', () 
     expect(messageKey).not.toContain(key);
 
     await waitFor(async () => (await notificationsOf(orderId)) === 1, 'the confirmation was sent');
-    await waitFor(async () => (await db.read((manager) => manager.countBy(OutboxEvent, { orderId, dispatchedAtMs: Not(IsNull()) }))) === 1, 'the event is marked dispatched');
+    await waitFor(
+      async () =>
+        (await db.read((manager) => manager.countBy(OutboxEvent, { orderId, dispatchedAtMs: Not(IsNull()) }))) === 1,
+      'the event is marked dispatched',
+    );
 
     // The broker delivers the message again (a consumer died before its ack, a relay published twice).
     for (let i = 0; i < 3; i++) {
@@ -87,7 +105,10 @@ describe('orders service with RABBITMQ_URL (PostgreSQL + Redis + RabbitMQ)', () 
         { persistent: true, messageId: randomUUID(), headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: messageKey } },
       );
     }
-    await waitFor(async () => (await readyCount(channel, queue)) === 0 && (await readyCount(channel, `${queue}.retry`)) === 0, 'the duplicates were taken');
+    await waitFor(
+      async () => (await readyCount(channel, queue)) === 0 && (await readyCount(channel, `${queue}.retry`)) === 0,
+      'the duplicates were taken',
+    );
     // Closing hands back anything unacknowledged; all was acknowledged, as duplicates, without a second confirmation.
     await app.close();
     expect(await readyCount(channel, queue)).toBe(0);
@@ -102,19 +123,26 @@ describe('orders service with RABBITMQ_URL (PostgreSQL + Redis + RabbitMQ)', () 
     }));
     db = app.get(TransactionRunner);
     expect(await notificationsOf(orderId)).toBe(1);
-    const listed = await send(url, `/orders/${orderId}/notifications`, { method: 'GET', headers: { 'X-Tenant-ID': tenantId } });
+    const listed = await send(url, `/orders/${orderId}/notifications`, {
+      method: 'GET',
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(listed.json<unknown[]>()).toHaveLength(1);
   });
 
   it('a message whose body is not JSON goes to the dead-letter queue with its reason, and nothing runs', async () => {
     const before = await db.read((manager) => manager.count(OrderNotification));
-    await publishConfirmed(channel, queue, 'order created!', { headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: randomUUID() } });
+    await publishConfirmed(channel, queue, 'order created!', {
+      headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: randomUUID() },
+    });
     let letters: Awaited<ReturnType<typeof drain>> = [];
     await waitFor(async () => {
       letters = [...letters, ...(await drain(channel, `${queue}.dead-letter`))];
       return letters.length > 0;
     }, 'the message was dead-lettered');
-    expect(letters.map((letter) => letter.properties.headers?.[AMQP_DEAD_LETTER_REASON_HEADER])).toEqual(['unparsable-body']);
+    expect(letters.map((letter) => letter.properties.headers?.[AMQP_DEAD_LETTER_REASON_HEADER])).toEqual([
+      'unparsable-body',
+    ]);
     expect(await db.read((manager) => manager.count(OrderNotification))).toBe(before);
   });
 });

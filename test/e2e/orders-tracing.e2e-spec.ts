@@ -34,7 +34,12 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
     const key = randomUUID();
     const body = orderBody();
     const post = () =>
-      http.post('/orders').set('X-Tenant-ID', tenant).set('Idempotency-Key', key).set('Content-Type', 'application/json').send(body);
+      http
+        .post('/orders')
+        .set('X-Tenant-ID', tenant)
+        .set('Idempotency-Key', key)
+        .set('Content-Type', 'application/json')
+        .send(body);
     expect((await post()).status).toBe(201);
     expect((await post()).headers['idempotent-replayed']).toBe('true');
 
@@ -51,10 +56,18 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
     // defaults the order.created consumer may run in-process, inside this request's context: its
     // `idempotency.run` span (and all of its phases) may then hang under this request too.
     const ownChildren = tracing.childrenOf(fresh).filter((name) => name !== IDEMPOTENCY_SPANS.run);
-    expect(ownChildren).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
+    expect(ownChildren).toEqual([
+      IDEMPOTENCY_SPANS.claim,
+      'idempotency.durable.transaction',
+      'idempotency.fast.complete',
+    ]);
     const claim = only(IDEMPOTENCY_SPANS.claim, fresh);
     expect(tracing.childrenOf(claim)).toEqual(['idempotency.durable.claim', 'idempotency.fast.claim']);
-    expect(claim.attributes).toMatchObject({ 'idempotency.operation': 'orders.create', 'idempotency.tenant': tenant, 'idempotency.outcome': 'claimed' });
+    expect(claim.attributes).toMatchObject({
+      'idempotency.operation': 'orders.create',
+      'idempotency.tenant': tenant,
+      'idempotency.outcome': 'claimed',
+    });
     const commit = only('idempotency.durable.transaction', fresh);
     expect(tracing.childrenOf(commit)).toEqual(['idempotency.durable.complete', IDEMPOTENCY_SPANS.handler]);
     expect(only(IDEMPOTENCY_SPANS.handler, commit).attributes).toMatchObject({ 'idempotency.outcome': 'ok' });
@@ -66,7 +79,9 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
 
     // one trace per request, and the key's hash is the same in both
     expect(claim.spanContext().traceId).toBe(fresh.spanContext().traceId);
-    expect(only(IDEMPOTENCY_SPANS.claim, replay).attributes['idempotency.key_hash']).toBe(claim.attributes['idempotency.key_hash']);
+    expect(only(IDEMPOTENCY_SPANS.claim, replay).attributes['idempotency.key_hash']).toBe(
+      claim.attributes['idempotency.key_hash'],
+    );
     expect(JSON.stringify(finished.map((span) => span.attributes))).not.toContain(key);
   });
 
@@ -74,18 +89,38 @@ describe.each(backends)('spans of POST /orders (durable, transactional) on %s', 
     const runs = () =>
       tracing.spans
         .getFinishedSpans()
-        .filter((span) => span.name === IDEMPOTENCY_SPANS.run && span.attributes['idempotency.operation'] === 'notifications.order-created');
+        .filter(
+          (span) =>
+            span.name === IDEMPOTENCY_SPANS.run &&
+            span.attributes['idempotency.operation'] === 'notifications.order-created',
+        );
     const before = runs().length;
-    const res = await http.post('/orders').set('X-Tenant-ID', newTenant()).set('Idempotency-Key', randomUUID()).set('Content-Type', 'application/json').send(orderBody());
+    const res = await http
+      .post('/orders')
+      .set('X-Tenant-ID', newTenant())
+      .set('Idempotency-Key', randomUUID())
+      .set('Content-Type', 'application/json')
+      .send(orderBody());
     expect(res.status).toBe(201);
     const deadline = Date.now() + 15_000;
     while (runs().length === before && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
     const run = runs()[before];
     // A root span in the BullMQ worker; under the request when the consumer runs in-process.
-    expect(tracing.childrenOf(run)).toEqual([IDEMPOTENCY_SPANS.claim, 'idempotency.durable.transaction', 'idempotency.fast.complete']);
-    const inRun = (name: string) => tracing.spans.getFinishedSpans().find((span) => span.name === name && tracing.parentOf(span) === run)!;
-    expect(tracing.childrenOf(inRun(IDEMPOTENCY_SPANS.claim))).toEqual(['idempotency.durable.claim', 'idempotency.fast.claim']);
-    expect(tracing.childrenOf(inRun('idempotency.durable.transaction'))).toEqual(['idempotency.durable.complete', IDEMPOTENCY_SPANS.handler]);
+    expect(tracing.childrenOf(run)).toEqual([
+      IDEMPOTENCY_SPANS.claim,
+      'idempotency.durable.transaction',
+      'idempotency.fast.complete',
+    ]);
+    const inRun = (name: string) =>
+      tracing.spans.getFinishedSpans().find((span) => span.name === name && tracing.parentOf(span) === run)!;
+    expect(tracing.childrenOf(inRun(IDEMPOTENCY_SPANS.claim))).toEqual([
+      'idempotency.durable.claim',
+      'idempotency.fast.claim',
+    ]);
+    expect(tracing.childrenOf(inRun('idempotency.durable.transaction'))).toEqual([
+      'idempotency.durable.complete',
+      IDEMPOTENCY_SPANS.handler,
+    ]);
     expect(run.attributes).toMatchObject({ 'idempotency.outcome': 'fresh' });
   });
 });

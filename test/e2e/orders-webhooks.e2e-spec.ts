@@ -32,17 +32,31 @@ describe.each(backends)('payment webhooks on %s', (_name, setUp) => {
   /** A tenant with one paid order; returns the tenant and the order's payment id. */
   const paidOrder = async () => {
     const tenantId = newTenant();
-    const created = await send(url, '/orders', { key: randomUUID(), body: orderBody(), headers: { 'X-Tenant-ID': tenantId } });
+    const created = await send(url, '/orders', {
+      key: randomUUID(),
+      body: orderBody(),
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(created.status).toBe(201);
     return { tenantId, paymentId: created.json<{ paymentId: string }>().paymentId };
   };
   const eventBody = (paymentId: string, type = 'payment.settled', id = `evt_${randomUUID()}`) =>
     JSON.stringify({ id, type, data: { paymentId } });
   /** Delivers `body` signed with the secret, or with `signature` (`null`: no X-Signature at all). */
-  const deliver = (body: string, signature: string | null = signWebhookBody(body, SECRET), headers: Record<string, string> = {}) =>
-    send(url, '/webhooks/payments', { body, headers: { ...(signature === null ? {} : { 'X-Signature': signature }), ...headers } });
+  const deliver = (
+    body: string,
+    signature: string | null = signWebhookBody(body, SECRET),
+    headers: Record<string, string> = {},
+  ) =>
+    send(url, '/webhooks/payments', {
+      body,
+      headers: { ...(signature === null ? {} : { 'X-Signature': signature }), ...headers },
+    });
   const eventsOf = async (tenantId: string, paymentId: string) => {
-    const res = await send(url, `/payments/${paymentId}/events`, { method: 'GET', headers: { 'X-Tenant-ID': tenantId } });
+    const res = await send(url, `/payments/${paymentId}/events`, {
+      method: 'GET',
+      headers: { 'X-Tenant-ID': tenantId },
+    });
     expect(res.status).toBe(200);
     return res.json<{ id: string; type: string; paymentId: string; receivedAt: string }[]>();
   };
@@ -63,7 +77,9 @@ describe.each(backends)('payment webhooks on %s', (_name, setUp) => {
     expect(res.status).toBe(200);
     expect(res.json()).toEqual({ received: true, duplicate: false });
     const events = await eventsOf(tenantId, paymentId);
-    expect(events).toEqual([{ id: JSON.parse(body).id, type: 'payment.settled', paymentId, receivedAt: expect.any(String) }]);
+    expect(events).toEqual([
+      { id: JSON.parse(body).id, type: 'payment.settled', paymentId, receivedAt: expect.any(String) },
+    ]);
     expect(new Date(events[0].receivedAt).toISOString()).toBe(events[0].receivedAt);
     expect(await statusOf(tenantId, paymentId)).toBe('settled');
   });
@@ -168,9 +184,16 @@ describe.each(backends)('payment webhooks on %s', (_name, setUp) => {
 
   it("GET /payments/:id/events is tenant-scoped: another tenant's payment or a non-UUID is 404; no tenant is 400", async () => {
     const { paymentId } = await paidOrder();
-    const other = await send(url, `/payments/${paymentId}/events`, { method: 'GET', headers: { 'X-Tenant-ID': newTenant() } });
+    const other = await send(url, `/payments/${paymentId}/events`, {
+      method: 'GET',
+      headers: { 'X-Tenant-ID': newTenant() },
+    });
     expectProblem(other, 404, 'not-found');
-    expectProblem(await send(url, '/payments/nope/events', { method: 'GET', headers: { 'X-Tenant-ID': newTenant() } }), 404, 'not-found');
+    expectProblem(
+      await send(url, '/payments/nope/events', { method: 'GET', headers: { 'X-Tenant-ID': newTenant() } }),
+      404,
+      'not-found',
+    );
     expectProblem(await send(url, `/payments/${paymentId}/events`, { method: 'GET' }), 400, 'tenant-required');
   });
 });

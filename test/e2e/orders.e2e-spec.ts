@@ -126,7 +126,11 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       const one = await post(newTenant(), orderBody({ items: [{ sku: 'x', quantity: 1, unitPriceCents: 0 }] }));
       expect(one.status).toBe(201);
       expect(one.body.totalCents).toBe(0);
-      const items = Array.from({ length: 100 }, (_, i) => ({ sku: `S${i}`.padEnd(64, '-'), quantity: 1000, unitPriceCents: i }));
+      const items = Array.from({ length: 100 }, (_, i) => ({
+        sku: `S${i}`.padEnd(64, '-'),
+        quantity: 1000,
+        unitPriceCents: i,
+      }));
       const hundred = await post(newTenant(), orderBody({ currency: 'GBP', items }));
       expect(hundred.status).toBe(201);
       expect(hundred.body.items).toEqual(items);
@@ -177,7 +181,14 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       ['an empty object', {}, ['customerId', 'currency', 'items']],
       [
         'several bad fields at once',
-        { customerId: 1, currency: 'EUR', items: [{ sku: 'A', quantity: 0, unitPriceCents: 1 }, { sku: 'B', quantity: 1 }] },
+        {
+          customerId: 1,
+          currency: 'EUR',
+          items: [
+            { sku: 'A', quantity: 0, unitPriceCents: 1 },
+            { sku: 'B', quantity: 1 },
+          ],
+        },
         ['customerId', 'items.0.quantity', 'items.1.unitPriceCents'],
       ],
     ];
@@ -224,7 +235,12 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       const res = await post(newTenant(), { ...orderBody(), note: 'x'.repeat(110_000) });
       expect(res.status).toBe(413);
       expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-      expect(res.body).toEqual({ type: 'about:blank', title: 'Payload Too Large', status: 413, detail: 'request entity too large' });
+      expect(res.body).toEqual({
+        type: 'about:blank',
+        title: 'Payload Too Large',
+        status: 413,
+        detail: 'request entity too large',
+      });
     });
 
     it('keeps the exact request bytes (rawBody) beside the parsed body, for the idempotency layer', async () => {
@@ -256,7 +272,10 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
     });
 
     it.each(routes)('%s %s with a non-UUID answers 400 tenant-invalid', async (method, path) => {
-      const res = await (method === 'post' ? http.post(path).send(orderBody()) : http.get(path)).set('X-Tenant-ID', 'acme');
+      const res = await (method === 'post' ? http.post(path).send(orderBody()) : http.get(path)).set(
+        'X-Tenant-ID',
+        'acme',
+      );
       expectProblem(res, 400, 'tenant-invalid');
     });
 
@@ -306,7 +325,9 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
       const other = newTenant();
       const created: { id: string; paymentId: string }[] = [];
       for (let i = 0; i < 4; i++) {
-        created.push((await post(tenantId, orderBody({ items: [{ sku: `N${i}`, quantity: 1, unitPriceCents: i }] }))).body);
+        created.push(
+          (await post(tenantId, orderBody({ items: [{ sku: `N${i}`, quantity: 1, unitPriceCents: i }] }))).body,
+        );
         await post(other, orderBody());
       }
 
@@ -337,7 +358,13 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
     it('the provider charges one key once: same charge → the first charge, other charge → refused', async () => {
       const payments = app.get(PaymentsService);
       const db = app.get(TransactionRunner);
-      const charge = { tenantId: newTenant(), orderId: randomUUID(), amountCents: 500, currency: 'EUR' as const, providerKey: randomUUID() };
+      const charge = {
+        tenantId: newTenant(),
+        orderId: randomUUID(),
+        amountCents: 500,
+        currency: 'EUR' as const,
+        providerKey: randomUUID(),
+      };
       const first = await db.transaction((m) => payments.charge(charge, m));
       const again = await db.transaction((m) => payments.charge(charge, m));
       expect(again.id).toBe(first.id);
@@ -412,10 +439,9 @@ describe.each(backends)('orders service on %s', (_name, setUp) => {
     ])('%s %s (no such route) answers 404 not-found, with or without a tenant', async (method, path) => {
       const bare = await (http as unknown as Record<string, (p: string) => request.Test>)[method](path);
       expectProblem(bare, 404, 'not-found');
-      const withTenant = await (http as unknown as Record<string, (p: string) => request.Test>)[method](path).set(
-        'X-Tenant-ID',
-        newTenant(),
-      );
+      const withTenant = await (http as unknown as Record<string, (p: string) => request.Test>)
+        [method](path)
+        .set('X-Tenant-ID', newTenant());
       expectProblem(withTenant, 404, 'not-found');
     });
 

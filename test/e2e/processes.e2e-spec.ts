@@ -6,7 +6,12 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
-import { buildOrdersAppOnce, type OrdersProcess, runOrdersProcessToExit, startOrdersProcess } from '../support/orders/app-process.js';
+import {
+  buildOrdersAppOnce,
+  type OrdersProcess,
+  runOrdersProcessToExit,
+  startOrdersProcess,
+} from '../support/orders/app-process.js';
 import { freePort } from '../support/net/free-port.js';
 import {
   connectPostgresOrFail,
@@ -42,7 +47,9 @@ async function getJson(
   tenantId?: string,
   headers: Record<string, string> = {},
 ): Promise<{ status: number; type: string | null; body: any }> {
-  const res = await fetch(`${base}${path}`, { headers: { ...headers, ...(tenantId ? { 'X-Tenant-ID': tenantId } : {}) } });
+  const res = await fetch(`${base}${path}`, {
+    headers: { ...headers, ...(tenantId ? { 'X-Tenant-ID': tenantId } : {}) },
+  });
   return { status: res.status, type: res.headers.get('content-type'), body: await res.json() };
 }
 
@@ -75,7 +82,9 @@ describe('embedded defaults as a process', () => {
   it('creates ./.data on first start and keeps the orders across a stop and a start', async () => {
     const tenantId = newTenant();
     const first = await start({ cwd });
-    expect(first.output()).toContain(`Backends: database = embedded sql.js file ${join(cwd, '.data', 'orders.sqlite')}`);
+    expect(first.output()).toContain(
+      `Backends: database = embedded sql.js file ${join(cwd, '.data', 'orders.sqlite')}`,
+    );
     const order = await createOrder(first.url, tenantId);
     expect(await first.stop()).toBe(0);
     expect(existsSync(join(cwd, '.data', 'orders.sqlite'))).toBe(true);
@@ -142,7 +151,11 @@ describe('several instances against one empty PostgreSQL database', () => {
       }
       const applied = [a, b].filter((p) => p.output().includes(`Applied ${ORDERS_MIGRATIONS.length} migration(s)`));
       expect(applied).toHaveLength(1);
-      const rows = await queryTestDatabase<{ name: string }>(`SELECT name FROM ${migrationsTable.table}`, [], migrationsTable.url);
+      const rows = await queryTestDatabase<{ name: string }>(
+        `SELECT name FROM ${migrationsTable.table}`,
+        [],
+        migrationsTable.url,
+      );
       expect(rows.map((r) => r.name)).toEqual(ORDERS_MIGRATIONS.map((migration) => migration.name));
       expect(await a.stop()).toBe(0);
       expect(await b.stop()).toBe(0);
@@ -159,15 +172,25 @@ describe('health when Redis is configured but down', () => {
   let redis: ChildProcess | undefined;
 
   const startRedis = async (): Promise<ChildProcess> => {
-    const child = spawn('redis-server', ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
-      stdio: 'ignore',
-    });
+    const child = spawn(
+      'redis-server',
+      ['--port', String(redisPort), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
+      {
+        stdio: 'ignore',
+      },
+    );
     const failed = new Promise<never>((_, fail) =>
       child.once('error', (error) =>
-        fail(new Error(`redis-server could not start (${error.message}): install Redis (see README, "Running the tests")`)),
+        fail(
+          new Error(`redis-server could not start (${error.message}): install Redis (see README, "Running the tests")`),
+        ),
       ),
     );
-    const client = new Redis(redisPort, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+    const client = new Redis(redisPort, '127.0.0.1', {
+      lazyConnect: true,
+      retryStrategy: () => null,
+      maxRetriesPerRequest: 0,
+    });
     client.on('error', () => undefined);
     const ready = (async () => {
       for (let i = 0; i < 50; i++) {
@@ -239,7 +262,9 @@ describe('health when Redis is configured but down', () => {
       redis: { status: 'down' },
       idempotency: { status: 'down', fast: { status: 'down' }, durable: { status: 'up' } },
     });
-    expect(JSON.stringify(down.body)).not.toMatch(/message|latencyMs|ECONNREFUSED|127\.0\.0\.1|Redis idempotency store/);
+    expect(JSON.stringify(down.body)).not.toMatch(
+      /message|latencyMs|ECONNREFUSED|127\.0\.0\.1|Redis idempotency store/,
+    );
     // The admin token shows why, in the same problem.
     const detailed = await getJson(app.url, '/health', undefined, { Authorization: `Bearer ${adminToken}` });
     expect(detailed.status).toBe(503);
@@ -247,7 +272,11 @@ describe('health when Redis is configured but down', () => {
       redis: { status: 'down', message: expect.any(String) },
       idempotency: {
         status: 'down',
-        fast: { status: 'down', latencyMs: expect.any(Number), error: expect.stringContaining('Redis idempotency store') },
+        fast: {
+          status: 'down',
+          latencyMs: expect.any(Number),
+          error: expect.stringContaining('Redis idempotency store'),
+        },
         durable: { status: 'up', latencyMs: expect.any(Number) },
       },
     });

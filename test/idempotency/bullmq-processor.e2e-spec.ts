@@ -2,7 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { Module, UnprocessableEntityException, type INestApplicationContext } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { Queue, Worker, type Job, type JobState } from 'bullmq';
-import { IdempotencyModule, IdempotencyService, MemoryIdempotencyStore, type IdempotencyStore } from 'nestjs-idempotency';
+import {
+  IdempotencyModule,
+  IdempotencyService,
+  MemoryIdempotencyStore,
+  type IdempotencyStore,
+} from 'nestjs-idempotency';
 import { idempotentProcessor } from 'nestjs-idempotency/bullmq';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../support/timing.js';

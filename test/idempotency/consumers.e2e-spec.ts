@@ -1,5 +1,11 @@
 import { randomUUID } from 'node:crypto';
-import { Controller, HttpException, Module, UnprocessableEntityException, type INestMicroservice } from '@nestjs/common';
+import {
+  Controller,
+  HttpException,
+  Module,
+  UnprocessableEntityException,
+  type INestMicroservice,
+} from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
   ClientProxyFactory,
@@ -59,7 +65,11 @@ class Probe {
  */
 const toRpc = (error: unknown) =>
   error instanceof IdempotencyRunError
-    ? new RpcException({ kind: error.kind, retryable: error.retryable, retryAfterSeconds: error.details.retryAfterSeconds })
+    ? new RpcException({
+        kind: error.kind,
+        retryable: error.retryable,
+        retryAfterSeconds: error.details.retryAfterSeconds,
+      })
     : error instanceof IdempotentConsumerKeyError
       ? new RpcException({ kind: 'no-key', message: error.message })
       : error instanceof HttpException
@@ -94,7 +104,10 @@ function consumerModule(prefix: string, probe: Probe, store: IdempotencyStore) {
       probe.count(event.id);
     }
   }
-  @Module({ imports: [IdempotencyModule.forRoot({ store, leaseMs: 3000, heartbeatMs: 1000 })], controllers: [ChargesConsumer] })
+  @Module({
+    imports: [IdempotencyModule.forRoot({ store, leaseMs: 3000, heartbeatMs: 1000 })],
+    controllers: [ChargesConsumer],
+  })
   class ConsumerModule {}
   return ConsumerModule;
 }
@@ -161,7 +174,11 @@ describe.each<[string, () => IdempotencyStore]>([
     const open = probe.hold(eventId);
     const original = charge({ eventId, amountCents: 700 });
     await sleep(100);
-    expect(await failureOf({ eventId, amountCents: 700 })).toEqual({ kind: 'in-progress', retryable: true, retryAfterSeconds: expect.any(Number) });
+    expect(await failureOf({ eventId, amountCents: 700 })).toEqual({
+      kind: 'in-progress',
+      retryable: true,
+      retryAfterSeconds: expect.any(Number),
+    });
     expect(probe.ran(eventId)).toBe(1);
     open();
     expect(await original).toMatchObject({ charged: 700, run: 1 });

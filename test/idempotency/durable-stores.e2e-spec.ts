@@ -180,12 +180,18 @@ function harness(
     anotherInstance: (options = {}) =>
       // One process owns an in-memory sql.js database: without a shared serializer, the
       // "other instance" must be the same store, or two queues would interleave on one connection.
-      dialect === 'sqljs' && !storeOptions.runExclusive ? store : new TypeOrmIdempotencyStore(dataSource, { ...storeOptions, ...options }),
+      dialect === 'sqljs' && !storeOptions.runExclusive
+        ? store
+        : new TypeOrmIdempotencyStore(dataSource, { ...storeOptions, ...options }),
     writeBusinessRow: async (transaction: DurableTransaction, id: string) => {
-      await (transaction.manager as EntityManager).query(placeholders(dialect, 'INSERT INTO business_rows (id) VALUES ($1)'), [id]);
+      await (transaction.manager as EntityManager).query(
+        placeholders(dialect, 'INSERT INTO business_rows (id) VALUES ($1)'),
+        [id],
+      );
     },
     businessRowExists: async (id) => (await query('SELECT id FROM business_rows WHERE id = $1', [id])).length === 1,
-    countRows: async () => Number((await query<{ n: number | string }>('SELECT COUNT(*) AS n FROM idempotency_records'))[0].n),
+    countRows: async () =>
+      Number((await query<{ n: number | string }>('SELECT COUNT(*) AS n FROM idempotency_records'))[0].n),
     damage: async (key, damage) => {
       await query(`UPDATE idempotency_records ${DAMAGE_SQL[damage]} WHERE "key" = $1`, [key]);
     },
@@ -292,7 +298,12 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
     afterEach(() => dataSource.query('DELETE FROM idempotency_records'));
 
     it('creates the declared column types, the primary key and the expiry index', async () => {
-      const columns = await queryTestDatabase<{ column_name: string; data_type: string; is_nullable: string; len: number | null }>(
+      const columns = await queryTestDatabase<{
+        column_name: string;
+        data_type: string;
+        is_nullable: string;
+        len: number | null;
+      }>(
         `SELECT column_name, data_type, is_nullable, character_maximum_length AS len
            FROM information_schema.columns WHERE table_schema = $1 AND table_name = 'idempotency_records'
            ORDER BY column_name`,
@@ -321,7 +332,9 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
         IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,
         'PK_idempotency_records',
       ]);
-      expect(indexes.find((i) => i.indexname === IDEMPOTENCY_RECORDS_EXPIRES_INDEX)?.indexdef).toMatch(/\(expires_at_ms\)/);
+      expect(indexes.find((i) => i.indexname === IDEMPOTENCY_RECORDS_EXPIRES_INDEX)?.indexdef).toMatch(
+        /\(expires_at_ms\)/,
+      );
       expect(indexes.find((i) => i.indexname === IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX)?.indexdef).toMatch(
         /\(state, created_at_ms\)/,
       );
@@ -345,7 +358,10 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
           [own],
         );
         expect(tables).toHaveLength(0);
-        const indexes = await queryTestDatabase<{ indexname: string }>('SELECT indexname FROM pg_indexes WHERE schemaname = $1', [own]);
+        const indexes = await queryTestDatabase<{ indexname: string }>(
+          'SELECT indexname FROM pg_indexes WHERE schemaname = $1',
+          [own],
+        );
         expect(indexes.map((i) => i.indexname)).not.toContain(IDEMPOTENCY_RECORDS_EXPIRES_INDEX);
         expect(indexes.map((i) => i.indexname)).not.toContain('PK_idempotency_records');
         await other.runMigrations();
@@ -384,7 +400,9 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
         const store = new TypeOrmIdempotencyStore(plain);
         const key = newId();
         expect((await store.claim(key, claimRequest())).kind).toBe('claimed');
-        expect(await queryTestDatabase(`SELECT 1 FROM "${schema}".idempotency_records WHERE "key" = $1`, [key])).toHaveLength(1);
+        expect(
+          await queryTestDatabase(`SELECT 1 FROM "${schema}".idempotency_records WHERE "key" = $1`, [key]),
+        ).toHaveLength(1);
         expect(await store.deleteExpired(10, Number.MAX_SAFE_INTEGER)).toBe(1);
       } finally {
         await plain.destroy();
@@ -543,10 +561,13 @@ describe.each([
     await dataSource?.destroy();
   });
 
-  describeDurableStoreContract(`TypeOrmIdempotencyStore (sql.js, ${shared ? 'runExclusive' : 'own queue'})`, async () => {
-    serializer = shared ? new Serializer() : undefined;
-    return harness('sqljs', dataSource, serializer ? { runExclusive: serializer.run } : {}, serializer?.run);
-  });
+  describeDurableStoreContract(
+    `TypeOrmIdempotencyStore (sql.js, ${shared ? 'runExclusive' : 'own queue'})`,
+    async () => {
+      serializer = shared ? new Serializer() : undefined;
+      return harness('sqljs', dataSource, serializer ? { runExclusive: serializer.run } : {}, serializer?.run);
+    },
+  );
 });
 
 describe('TypeOrmIdempotencyStore on sql.js: specifics', () => {

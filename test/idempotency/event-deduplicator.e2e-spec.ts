@@ -111,7 +111,9 @@ describe.each<[string, () => Promise<Target>]>([
     expect(await filter.check(id)).toBe('new');
     const [bucket] = filter.keysAt();
     const expiresAtMs = Number(await target.client.pexpiretime(bucket));
-    expect(expiresAtMs).toBe((Math.floor(clock.nowMs / filter.sizing.bucketMs) + filter.sizing.bucketsChecked + 1) * filter.sizing.bucketMs);
+    expect(expiresAtMs).toBe(
+      (Math.floor(clock.nowMs / filter.sizing.bucketMs) + filter.sizing.bucketsChecked + 1) * filter.sizing.bucketMs,
+    );
     clock.advance(filter.sizing.windowMs + filter.sizing.bucketMs);
     expect(filter.keysAt()).not.toContain(bucket);
     expect(await filter.check(id)).toBe('new');
@@ -153,7 +155,9 @@ describe('EventDeduplicator in front of a unique constraint (PostgreSQL)', () =>
     redis = await openRedis();
     schema = await createThrowawaySchema('dedup_e2e');
     db = await connectPostgresOrFail();
-    await db.query(`CREATE TABLE "${schema}".clicks (event_id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`);
+    await db.query(
+      `CREATE TABLE "${schema}".clicks (event_id text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
   });
   afterAll(async () => {
     await db?.end();
@@ -165,7 +169,13 @@ describe('EventDeduplicator in front of a unique constraint (PostgreSQL)', () =>
   });
 
   it('a stream with duplicates lands once per event, and only maybe-seen ids cost a lookup', async () => {
-    const filter = new EventDeduplicator(redis, { name: 'clicks', prefix, expectedEventsPerSecond: 10_000, windowMs: 60_000, falsePositiveRate: 1e-6 });
+    const filter = new EventDeduplicator(redis, {
+      name: 'clicks',
+      prefix,
+      expectedEventsPerSecond: 10_000,
+      windowMs: 60_000,
+      falsePositiveRate: 1e-6,
+    });
     const unique = Array.from({ length: 200 }, () => randomUUID());
     const stream = [...unique, ...unique.slice(0, 100), ...unique.slice(50, 60)];
     let lookups = 0;

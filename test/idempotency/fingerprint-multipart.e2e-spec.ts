@@ -66,7 +66,13 @@ const sha256 = (data: Buffer) => createHash('sha256').update(data).digest('hex')
 function describeFile(file: StoredFile | undefined) {
   if (!file) return null;
   const content = file.buffer ?? (file.path ? readFileSync(file.path) : undefined);
-  return { field: file.fieldname, name: file.originalname, type: file.mimetype, size: file.size, sha256: content ? sha256(content) : null };
+  return {
+    field: file.fieldname,
+    name: file.originalname,
+    type: file.mimetype,
+    size: file.size,
+    sha256: content ? sha256(content) : null,
+  };
 }
 
 @Controller('express')
@@ -191,14 +197,20 @@ const OTHER_RECEIPT = Buffer.from('%PDF-1.7 receipt \u0000\u00fe binary');
 
 const basicParts = (overrides: { content?: Buffer; filename?: string; type?: string; note?: string } = {}): Part[] => [
   { name: 'note', value: overrides.note ?? 'monthly' },
-  { name: 'file', value: overrides.content ?? RECEIPT, filename: overrides.filename ?? 'receipt.pdf', type: overrides.type ?? 'application/pdf' },
+  {
+    name: 'file',
+    value: overrides.content ?? RECEIPT,
+    filename: overrides.filename ?? 'receipt.pdf',
+    type: overrides.type ?? 'application/pdf',
+  },
 ];
 
 /** Sends the parts with fetch's FormData: a fresh boundary on every send, as browsers do. */
 async function upload(url: string, key: string, parts: Part[]) {
   const form = new FormData();
   for (const part of parts) {
-    if (part.filename === undefined) form.append(part.name, typeof part.value === 'string' ? part.value : part.value.toString('latin1'));
+    if (part.filename === undefined)
+      form.append(part.name, typeof part.value === 'string' ? part.value : part.value.toString('latin1'));
     else form.append(part.name, new Blob([part.value], { type: part.type }), part.filename);
   }
   const response = await fetch(url, { method: 'POST', headers: { 'Idempotency-Key': key }, body: form });
@@ -227,7 +239,13 @@ async function listen(app: INestApplication): Promise<string> {
 }
 
 @Module({
-  imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore(), scope: ['operation'], problemTypeBaseUri: 'https://docs.example.test/problems/' })],
+  imports: [
+    IdempotencyModule.forRoot({
+      store: new MemoryIdempotencyStore(),
+      scope: ['operation'],
+      problemTypeBaseUri: 'https://docs.example.test/problems/',
+    }),
+  ],
   controllers: [UploadsController],
 })
 class ExpressUploadsModule {}
@@ -247,7 +265,9 @@ describe('multipart uploads on Express with multer (memory store)', () => {
 
   it('the routes exercise both orders: @Idempotent() above the upload interceptor runs after it, below runs before it', () => {
     const order = (method: keyof UploadsController) =>
-      (Reflect.getMetadata(INTERCEPTORS_METADATA, UploadsController.prototype[method]) as unknown[]).map((i) => (i === IdempotencyInterceptor ? 'idempotency' : 'upload'));
+      (Reflect.getMetadata(INTERCEPTORS_METADATA, UploadsController.prototype[method]) as unknown[]).map((i) =>
+        i === IdempotencyInterceptor ? 'idempotency' : 'upload',
+      );
     expect(order('afterMulter')).toEqual(['upload', 'idempotency']);
     expect(order('beforeMulter')).toEqual(['idempotency', 'upload']);
   });
@@ -264,7 +284,13 @@ describe('multipart uploads on Express with multer (memory store)', () => {
       const key = randomUUID();
       const first = await post(key, basicParts());
       expect(first.status).toBe(201);
-      expect(first.json().file).toEqual({ field: 'file', name: 'receipt.pdf', type: 'application/pdf', size: RECEIPT.length, sha256: sha256(RECEIPT) });
+      expect(first.json().file).toEqual({
+        field: 'file',
+        name: 'receipt.pdf',
+        type: 'application/pdf',
+        size: RECEIPT.length,
+        sha256: sha256(RECEIPT),
+      });
       expect(first.json().fields).toEqual({ note: 'monthly' });
       const retry = await post(key, basicParts());
       expect(retry.status).toBe(201);
@@ -301,7 +327,10 @@ describe('multipart uploads on Express with multer (memory store)', () => {
       const key = randomUUID();
       const first = await post(key, RECEIPT);
       expect(first.status).toBe(201);
-      expect(first.json().files.map((file: { sha256: string }) => file.sha256)).toEqual([sha256(RECEIPT), sha256(RECEIPT)]);
+      expect(first.json().files.map((file: { sha256: string }) => file.sha256)).toEqual([
+        sha256(RECEIPT),
+        sha256(RECEIPT),
+      ]);
       expect((await post(key, RECEIPT)).headers.get('idempotent-replayed')).toBe('true');
       expect((await post(key, OTHER_RECEIPT)).status).toBe(422);
     });
@@ -313,7 +342,11 @@ describe('multipart uploads on Express with multer (memory store)', () => {
     expect(res.status).toBe(500);
     expect(res.headers.get('idempotent-replayed')).toBeNull();
     expect(app.get(UploadsController).seq).toBe(before);
-    expect(logger.errors.some((message) => /POST \/express\/discarded-after-multer: the request body cannot be fingerprinted/.test(message))).toBe(true);
+    expect(
+      logger.errors.some((message) =>
+        /POST \/express\/discarded-after-multer: the request body cannot be fingerprinted/.test(message),
+      ),
+    ).toBe(true);
   });
 
   it('rule 15: with the same storage engine, idempotency before multer reads the body itself: 422 on another file, replay on the same', async () => {
@@ -342,8 +375,14 @@ describe('multipart uploads on Express with multer (memory store)', () => {
     const first = await send(url, '/express/text', { key, body: 'pay 100 to alice', contentType: 'text/plain' });
     expect(first.status).toBe(201);
     expect(first.json().sha256).toBe(sha256(Buffer.from('pay 100 to alice')));
-    expect((await send(url, '/express/text', { key, body: 'pay 900 to mallory', contentType: 'text/plain' })).status).toBe(422);
-    expect((await send(url, '/express/text', { key, body: 'pay 100 to alice', contentType: 'text/plain' })).headers.get('idempotent-replayed')).toBe('true');
+    expect(
+      (await send(url, '/express/text', { key, body: 'pay 900 to mallory', contentType: 'text/plain' })).status,
+    ).toBe(422);
+    expect(
+      (await send(url, '/express/text', { key, body: 'pay 100 to alice', contentType: 'text/plain' })).headers.get(
+        'idempotent-replayed',
+      ),
+    ).toBe('true');
   });
 });
 
@@ -369,12 +408,15 @@ describe.each([
     class FastifyUploadsModule {}
     app = await NestFactory.create(FastifyUploadsModule, new FastifyAdapter(), { rawBody: true, logger });
     const fastify = app.getHttpAdapter().getInstance();
-    fastify.addContentTypeParser('multipart/form-data', (_request: unknown, payload: IncomingMessage, done: (error: Error | null, body?: unknown) => void) => {
-      if (!consumes) return done(null);
-      let size = 0;
-      payload.on('data', (chunk: Buffer) => (size += chunk.length));
-      payload.on('end', () => done(null, { size }));
-    });
+    fastify.addContentTypeParser(
+      'multipart/form-data',
+      (_request: unknown, payload: IncomingMessage, done: (error: Error | null, body?: unknown) => void) => {
+        if (!consumes) return done(null);
+        let size = 0;
+        payload.on('data', (chunk: Buffer) => (size += chunk.length));
+        payload.on('end', () => done(null, { size }));
+      },
+    );
     url = await listen(app);
   });
   afterAll(() => app?.close());
@@ -398,7 +440,11 @@ describe.each([
       const res = await post(randomUUID(), RECEIPT);
       expect(res.status).toBe(500);
       expect(app.get(StreamUploadsController).seq).toBe(before);
-      expect(logger.errors.some((message) => /POST \/fastify\/upload: the request body cannot be fingerprinted/.test(message))).toBe(true);
+      expect(
+        logger.errors.some((message) =>
+          /POST \/fastify\/upload: the request body cannot be fingerprinted/.test(message),
+        ),
+      ).toBe(true);
     });
   }
 });

@@ -43,7 +43,10 @@ interface Variant {
 
 const variants: Array<[string, Variant]> = [
   ['Express, raw bodies kept, default query parser', { platform: 'express', rawBody: true }],
-  ['Express, no raw bodies, extended (qs) query parser', { platform: 'express', rawBody: false, queryParser: 'extended' }],
+  [
+    'Express, no raw bodies, extended (qs) query parser',
+    { platform: 'express', rawBody: false, queryParser: 'extended' },
+  ],
   ['Fastify, raw bodies kept', { platform: 'fastify', rawBody: true }],
   ['Fastify, no raw bodies', { platform: 'fastify', rawBody: false }],
 ];
@@ -58,7 +61,13 @@ describe.each(variants)('percent-decoding in the fingerprint (%s, memory store)'
 
   beforeAll(async () => {
     @Module({
-      imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore(), scope: ['operation'], problemTypeBaseUri: 'https://docs.example.test/problems/' })],
+      imports: [
+        IdempotencyModule.forRoot({
+          store: new MemoryIdempotencyStore(),
+          scope: ['operation'],
+          problemTypeBaseUri: 'https://docs.example.test/problems/',
+        }),
+      ],
       controllers: [TransfersController],
     })
     class DecodingModule {}

@@ -78,14 +78,20 @@ describe('IdempotencyHealthIndicator', () => {
     });
     // Nothing of the store's error (its host and port, the driver's words) is in what a caller sees.
     expect(JSON.stringify(response)).not.toMatch(/127\.0\.0\.1|Redis idempotency store|ECONNREFUSED|latencyMs/);
-    expect(logs.at('warn')).toEqual([expect.stringMatching(/^idempotency fast tier down \(its ping failed after [\d.]+ ms\): Redis idempotency store/)]);
+    expect(logs.at('warn')).toEqual([
+      expect.stringMatching(/^idempotency fast tier down \(its ping failed after [\d.]+ ms\): Redis idempotency store/),
+    ]);
   });
 
   it('with details, says why a tier is down', async () => {
     const result = await indicator().isHealthy('idempotency', { details: true });
     expect(result.idempotency).toEqual({
       status: 'down',
-      fast: { status: 'down', latencyMs: expect.any(Number), error: expect.stringContaining('Redis idempotency store') },
+      fast: {
+        status: 'down',
+        latencyMs: expect.any(Number),
+        error: expect.stringContaining('Redis idempotency store'),
+      },
       durable: { status: 'up', latencyMs: expect.any(Number) },
     });
   });
@@ -95,7 +101,9 @@ describe('IdempotencyHealthIndicator', () => {
     logs.entries.length = 0;
     const result = await indicator().isHealthy('idempotency', { timeoutMs: 500 });
     expect(result.idempotency).toEqual({ status: 'down', fast: { status: 'down' }, durable: { status: 'down' } });
-    expect(logs.at('warn')).toContainEqual(expect.stringMatching(/^idempotency durable tier down .*Durable idempotency store/));
+    expect(logs.at('warn')).toContainEqual(
+      expect.stringMatching(/^idempotency durable tier down .*Durable idempotency store/),
+    );
     const detailed = await indicator().isHealthy('idempotency', { timeoutMs: 500, details: true });
     expect(detailed.idempotency).toMatchObject({
       status: 'down',

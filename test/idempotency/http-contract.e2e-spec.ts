@@ -166,7 +166,11 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
 
     it('rule 6: 255 characters are accepted, 256 are too long', async () => {
       expect((await call('/charges', { key: 'a'.repeat(254) + 'b', body: {} })).status).toBe(201);
-      const tooLong = expectProblem(await call('/charges', { key: 'a'.repeat(256), body: {} }), 400, 'idempotency-key-invalid');
+      const tooLong = expectProblem(
+        await call('/charges', { key: 'a'.repeat(256), body: {} }),
+        400,
+        'idempotency-key-invalid',
+      );
       expect(tooLong.reason).toBe('too_long');
     });
 
@@ -202,7 +206,11 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
 
     it('rule 9: an oversized header is rejected before Nest (not 2xx) and leaves no record', async () => {
       const k = key();
-      const huge = await call('/charges', { key: k, body: { amount: 9 }, headers: { 'X-Padding': 'p'.repeat(20_000) } });
+      const huge = await call('/charges', {
+        key: k,
+        body: { amount: 9 },
+        headers: { 'X-Padding': 'p'.repeat(20_000) },
+      });
       expect(huge.status).toBeGreaterThanOrEqual(400);
       const retry = await call('/charges', { key: k, body: { amount: 9 } });
       expect(retry.status).toBe(201);
@@ -276,7 +284,11 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
 
     it('rule 13: an unresolvable tenant fails with 500 and never falls back to a global namespace', async () => {
       const before = fixture.probe.runs;
-      expectProblem(await call('/charges', { key: key(), body: {}, tenant: null }), 500, 'idempotency-scope-unresolved');
+      expectProblem(
+        await call('/charges', { key: key(), body: {}, tenant: null }),
+        500,
+        'idempotency-scope-unresolved',
+      );
       expect(fixture.probe.runs).toBe(before);
     });
   });
@@ -299,14 +311,26 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
     it('rule 14: the query is part of the fingerprint', async () => {
       const k = key();
       await call('/charges?capture=true', { key: k, body: { amount: 1 } });
-      expectProblem(await call('/charges?capture=false', { key: k, body: { amount: 1 } }), 422, 'idempotency-key-reused');
+      expectProblem(
+        await call('/charges?capture=false', { key: k, body: { amount: 1 } }),
+        422,
+        'idempotency-key-reused',
+      );
     });
 
     it('rule 14: configured headers take part in the fingerprint', async () => {
       const k = key();
       await call('/versioned', { key: k, headers: { 'Api-Version': '2024-01-01' } });
-      expect((await call('/versioned', { key: k, headers: { 'Api-Version': '2024-01-01' } })).headers.get('idempotent-replayed')).toBe('true');
-      expectProblem(await call('/versioned', { key: k, headers: { 'Api-Version': '2025-01-01' } }), 422, 'idempotency-key-reused');
+      expect(
+        (await call('/versioned', { key: k, headers: { 'Api-Version': '2024-01-01' } })).headers.get(
+          'idempotent-replayed',
+        ),
+      ).toBe('true');
+      expectProblem(
+        await call('/versioned', { key: k, headers: { 'Api-Version': '2025-01-01' } }),
+        422,
+        'idempotency-key-reused',
+      );
     });
 
     it('rule 16: a custom fingerprint function replaces the built-in one', async () => {
@@ -314,7 +338,11 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
       await call('/custom-fingerprint', { key: k, body: { orderRef: 'A', note: 'first' } });
       const sameRef = await call('/custom-fingerprint', { key: k, body: { orderRef: 'A', note: 'edited' } });
       expect(sameRef.headers.get('idempotent-replayed')).toBe('true');
-      expectProblem(await call('/custom-fingerprint', { key: k, body: { orderRef: 'B' } }), 422, 'idempotency-key-reused');
+      expectProblem(
+        await call('/custom-fingerprint', { key: k, body: { orderRef: 'B' } }),
+        422,
+        'idempotency-key-reused',
+      );
     });
 
     it('rule 15: an empty body differs from {}', async () => {
@@ -714,7 +742,9 @@ describe.each<Platform>(['express', 'fastify'])('B.12 alternative configuration 
   it('docsUrl: problems carry Link rel="describedby"', async () => {
     const res = await call('/charges', { key: 'a,b', body: {} });
     expect(res.status).toBe(400);
-    expect(res.headers.get('link')).toBe('<https://docs.example.test/idempotency>; rel="describedby"; type="text/html"');
+    expect(res.headers.get('link')).toBe(
+      '<https://docs.example.test/idempotency>; rel="describedby"; type="text/html"',
+    );
   });
 
   it('B.7 rule 18: storeServerErrors stores and replays a 500, but still releases a 429', async () => {

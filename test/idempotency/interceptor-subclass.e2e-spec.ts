@@ -42,7 +42,10 @@ class ChargesController {
   }
 }
 
-@Module({ imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })], controllers: [ChargesController] })
+@Module({
+  imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore() })],
+  controllers: [ChargesController],
+})
 class SubclassModule {}
 
 /** `createIdempotentDecorator()` binds a subclass: its protected hooks decide, and only it runs. */
@@ -62,7 +65,10 @@ describe('IdempotencyInterceptor subclassed through createIdempotentDecorator()'
   it('createProblem(): the subclass shapes the problem body', async () => {
     const response = await post({});
     expect(response.status).toBe(400);
-    expect(await response.json()).toMatchObject({ code: 'idempotency_key_missing', docs: 'https://api.example.com/docs/idempotency' });
+    expect(await response.json()).toMatchObject({
+      code: 'idempotency_key_missing',
+      docs: 'https://api.example.com/docs/idempotency',
+    });
   });
 
   it('getKey(): the subclass reads the key, and the engine replays under it (one run)', async () => {

@@ -57,9 +57,9 @@ describe('IdempotencyModule registration', () => {
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(retry.json()).toEqual(first.json());
       expect(first.headers.get('idempotency-key')).toBeNull(); // echoKey from the factory
-      const record = await app.get(IdempotencyService).store.get(
-        app.get(IdempotencyAdmin).keyIdOf({ operation: 'POST /ping', key, scope: ['operation'] }),
-      );
+      const record = await app
+        .get(IdempotencyService)
+        .store.get(app.get(IdempotencyAdmin).keyIdOf({ operation: 'POST /ping', key, scope: ['operation'] }));
       expect(record!.expiresAtMs - record!.createdAtMs).toBe(7_200_000);
     } finally {
       await app.close();
@@ -147,11 +147,15 @@ describe('IdempotencyModule registration', () => {
   it('a configuration that cannot keep the contract fails at startup with a clear error', async () => {
     @Module({ imports: [IdempotencyModule.forRoot({ ttlMs: 1000, leaseMs: 30_000 })], controllers: [PingController] })
     class BadTtl {}
-    await expect(NestFactory.create(BadTtl, { logger: false, abortOnError: false })).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(NestFactory.create(BadTtl, { logger: false, abortOnError: false })).rejects.toThrow(
+      IdempotencyConfigurationError,
+    );
 
     @Module({ imports: [IdempotencyModule.forRoot({ transactional: true })], controllers: [PingController] })
     class NoDurableStore {}
-    await expect(NestFactory.create(NoDurableStore, { logger: false, abortOnError: false })).rejects.toThrow(/durableStore/);
+    await expect(NestFactory.create(NoDurableStore, { logger: false, abortOnError: false })).rejects.toThrow(
+      /durableStore/,
+    );
   });
 
   it('a route whose options cannot keep the contract stops the startup, naming the route', async () => {
@@ -163,7 +167,10 @@ describe('IdempotencyModule registration', () => {
         return {};
       }
     }
-    @Module({ imports: [IdempotencyModule.forRoot({ leaseMs: 30_000 })], controllers: [PingController, ShortTtlController] })
+    @Module({
+      imports: [IdempotencyModule.forRoot({ leaseMs: 30_000 })],
+      controllers: [PingController, ShortTtlController],
+    })
     class BadRoute {}
     const app = await NestFactory.create(BadRoute, { logger: false, abortOnError: false });
     try {

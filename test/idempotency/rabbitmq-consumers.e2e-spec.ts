@@ -4,7 +4,11 @@ import { NestFactory } from '@nestjs/core';
 import { EventPattern, Payload, Transport, type RmqContext } from '@nestjs/microservices';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, GetMessage } from 'amqplib';
 import { IdempotencyContextRef, IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
-import { IDEMPOTENCY_KEY_MESSAGE_HEADER, IdempotencyConsumerContext, IdempotentConsumer } from 'nestjs-idempotency/consumers';
+import {
+  IDEMPOTENCY_KEY_MESSAGE_HEADER,
+  IdempotencyConsumerContext,
+  IdempotentConsumer,
+} from 'nestjs-idempotency/consumers';
 import {
   AMQP_ATTEMPTS_HEADER,
   AMQP_CONSUMER_HEADER,
@@ -20,7 +24,16 @@ import {
   type AmqpRedeliveryOptions,
 } from 'nestjs-idempotency/amqp';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, drain, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import {
+  confirmChannel,
+  connectRabbitOrFail,
+  deleteQueues,
+  drain,
+  publishConfirmed,
+  rabbitmqUrl,
+  readyCount,
+  waitFor,
+} from '../support/servers/rabbitmq.js';
 import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
 
 interface Charge {
@@ -71,10 +84,19 @@ interface Adapter {
   close(): Promise<void>;
 }
 
-type StartAdapter = (queue: string, redelivery: AmqpRedeliveryOptions, probe: Probe, connection: ChannelModel) => Promise<Adapter>;
+type StartAdapter = (
+  queue: string,
+  redelivery: AmqpRedeliveryOptions,
+  probe: Probe,
+  connection: ChannelModel,
+) => Promise<Adapter>;
 
 function idempotencyModule(prefix: string) {
-  return IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redisUrl(), { prefix }), leaseMs: 2000, heartbeatMs: 500 });
+  return IdempotencyModule.forRoot({
+    store: new RedisIdempotencyStore(redisUrl(), { prefix }),
+    leaseMs: 2000,
+    heartbeatMs: 500,
+  });
 }
 
 /** `@IdempotentConsumer()` with `rmqSettlement()` on a Nest microservice (`Transport.RMQ`, `noAck: false`). */
@@ -195,7 +217,11 @@ describe.each<[string, StartAdapter]>([
       persistent: true,
       headers: { 'x-test': charge.ref, ...(key !== null && { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: key }) },
     });
-  const settled = () => waitFor(async () => (await readyCount(channel, queue)) === 0 && (await readyCount(channel, retryQueue)) === 0, 'the queues are empty');
+  const settled = () =>
+    waitFor(
+      async () => (await readyCount(channel, queue)) === 0 && (await readyCount(channel, retryQueue)) === 0,
+      'the queues are empty',
+    );
   /** The dead letters of test message `ref` (the dead-letter queue is drained into `deadLetters`). */
   const deadLettersOf = async (ref: string, count = 1): Promise<GetMessage[]> => {
     const of = () => deadLetters.filter((m) => m.properties.headers?.['x-test'] === ref);
@@ -205,7 +231,8 @@ describe.each<[string, StartAdapter]>([
     }, `${count} dead letter(s) of ${ref}`);
     return of();
   };
-  const reasonOf = (message: GetMessage | ConsumeMessage) => String(message.properties.headers?.[AMQP_DEAD_LETTER_REASON_HEADER]);
+  const reasonOf = (message: GetMessage | ConsumeMessage) =>
+    String(message.properties.headers?.[AMQP_DEAD_LETTER_REASON_HEADER]);
 
   it('a duplicate of a completed message is acknowledged without running the handler (more duplicates than the prefetch)', async () => {
     const ref = randomUUID();
@@ -260,7 +287,12 @@ describe.each<[string, StartAdapter]>([
 
   it('a failure that lasts is retried maxAttempts times, then dead-lettered (attempts-exhausted)', async () => {
     const ref = randomUUID();
-    probe.failures.set(ref, [new Error('ledger down'), new Error('ledger down'), new Error('ledger down'), new Error('ledger down')]);
+    probe.failures.set(ref, [
+      new Error('ledger down'),
+      new Error('ledger down'),
+      new Error('ledger down'),
+      new Error('ledger down'),
+    ]);
     await publish({ ref, amountCents: 3 });
     const [letter] = await deadLettersOf(ref);
     expect(reasonOf(letter)).toBe('attempts-exhausted');
@@ -281,7 +313,9 @@ describe.each<[string, StartAdapter]>([
     expect(probe.ran(noKey)).toBe(0);
 
     const garbled = randomUUID();
-    await publishConfirmed(channel, queue, 'this is not JSON {', { headers: { 'x-test': garbled, [IDEMPOTENCY_KEY_MESSAGE_HEADER]: garbled } });
+    await publishConfirmed(channel, queue, 'this is not JSON {', {
+      headers: { 'x-test': garbled, [IDEMPOTENCY_KEY_MESSAGE_HEADER]: garbled },
+    });
     const [unparsable] = await deadLettersOf(garbled);
     expect(reasonOf(unparsable)).toBe('unparsable-body');
     expect(unparsable.content.toString()).toBe('this is not JSON {');
@@ -305,6 +339,11 @@ describe.each<[string, StartAdapter]>([
     expect(await readyCount(channel, queue)).toBe(0);
     expect(await readyCount(channel, retryQueue)).toBe(0);
     deadLetters.push(...(await drain(channel, deadLetterQueue)));
-    expect(deadLetters.map(reasonOf).sort()).toEqual(['attempts-exhausted', 'key-reused', 'missing-key', 'unparsable-body']);
+    expect(deadLetters.map(reasonOf).sort()).toEqual([
+      'attempts-exhausted',
+      'key-reused',
+      'missing-key',
+      'unparsable-body',
+    ]);
   });
 });

@@ -5,8 +5,21 @@ import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
 import { amqpQueueArguments, assertAmqpRedeliveryTopology } from 'nestjs-idempotency/amqp';
 import { buildFixtureOnce, startFixtureProcess, type FixtureProcess } from '../support/apps/compiled-fixture.js';
 import { openIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
-import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
-import { confirmChannel, connectRabbitOrFail, deleteQueues, publishConfirmed, rabbitmqUrl, readyCount, waitFor } from '../support/servers/rabbitmq.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
+import {
+  confirmChannel,
+  connectRabbitOrFail,
+  deleteQueues,
+  publishConfirmed,
+  rabbitmqUrl,
+  readyCount,
+  waitFor,
+} from '../support/servers/rabbitmq.js';
 import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../support/servers/redis.js';
 
 const MESSAGES = 24;
@@ -51,7 +64,9 @@ describe('RabbitMQ consumers SIGKILLed mid-message (real processes)', () => {
     schema = throwawaySchemaName('rmq_crash');
     const client = await connectPostgresOrFail();
     await client.query(`CREATE SCHEMA "${schema}"`);
-    await client.query(`CREATE TABLE "${schema}".effects (id bigserial PRIMARY KEY, message_key text NOT NULL, pid integer NOT NULL, fencing_token integer NOT NULL)`);
+    await client.query(
+      `CREATE TABLE "${schema}".effects (id bigserial PRIMARY KEY, message_key text NOT NULL, pid integer NOT NULL, fencing_token integer NOT NULL)`,
+    );
     await client.end();
     dataSource = await openIdempotencyDataSource(schema);
     mainJs = await buildFixtureOnce('rabbitmq-consumer');
@@ -82,13 +97,16 @@ describe('RabbitMQ consumers SIGKILLed mid-message (real processes)', () => {
     if (kills.length >= KILLS || consumer.doomed || Math.random() > (point === 'in-handler' ? 0.6 : 0.2)) return;
     consumer.doomed = true;
     kills.push(point);
-    setTimeout(() => {
-      consumer.process.kill('SIGKILL');
-      void consumer.process.exited.then(() => {
-        consumers.delete(consumer);
-        replacements.push(startConsumer());
-      });
-    }, point === 'in-handler' ? Math.random() * 180 : Math.random() * 5);
+    setTimeout(
+      () => {
+        consumer.process.kill('SIGKILL');
+        void consumer.process.exited.then(() => {
+          consumers.delete(consumer);
+          replacements.push(startConsumer());
+        });
+      },
+      point === 'in-handler' ? Math.random() * 180 : Math.random() * 5,
+    );
   };
 
   const startConsumer = async (): Promise<Consumer> => {
@@ -130,7 +148,12 @@ describe('RabbitMQ consumers SIGKILLed mid-message (real processes)', () => {
     await Promise.all(Array.from({ length: CONSUMERS }, () => startConsumer()));
     const keys = Array.from({ length: MESSAGES }, (_, n) => `crash-${n}-${randomUUID()}`);
     for (const [n, key] of keys.entries()) {
-      await publishConfirmed(channel, queue, { pattern: 'work', data: { n } }, { persistent: true, headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: key } });
+      await publishConfirmed(
+        channel,
+        queue,
+        { pattern: 'work', data: { n } },
+        { persistent: true, headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: key } },
+      );
     }
 
     await waitFor(async () => (await effects()).length === MESSAGES, `all ${MESSAGES} messages took effect`, 60_000);
@@ -156,6 +179,8 @@ describe('RabbitMQ consumers SIGKILLed mid-message (real processes)', () => {
     // The kills happened, mostly inside handlers, whose messages were then applied by runs that
     // took the dead claims over (fencing token above 1).
     expect(kills).toHaveLength(KILLS);
-    expect(applied.filter((row) => row.max_fencing > 1).length).toBeGreaterThanOrEqual(kills.includes('in-handler') ? 1 : 0);
+    expect(applied.filter((row) => row.max_fencing > 1).length).toBeGreaterThanOrEqual(
+      kills.includes('in-handler') ? 1 : 0,
+    );
   }, 120_000);
 });

@@ -5,7 +5,12 @@ import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
 import { send, type HttpResult } from '../support/http/send.js';
 import { askNode } from '../support/servers/redis-server.js';
-import { openRedisCluster, startRedisCluster, waitForReplicas, type ThrowawayRedisCluster } from '../support/servers/redis-cluster.js';
+import {
+  openRedisCluster,
+  startRedisCluster,
+  waitForReplicas,
+  type ThrowawayRedisCluster,
+} from '../support/servers/redis-cluster.js';
 import { waitUntil } from '../support/timing.js';
 import { beginSlotMigration, failOver, masterOfSlot, slotOf } from '../support/servers/redis-cluster-reshape.js';
 import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
@@ -64,7 +69,8 @@ describe('Redis Cluster: slot moves and failovers under the HTTP layer (express)
       const { key: recordKey, result } = await newRecordKey(() => call(key, { amount: attempt }));
       const first = await result;
       expect(first.status).toBe(201);
-      if ((await masterOfSlot(live[0], await slotOf(live[0], recordKey))) === masterPort) return { key, first, recordKey };
+      if ((await masterOfSlot(live[0], await slotOf(live[0], recordKey))) === masterPort)
+        return { key, first, recordKey };
     }
     throw new Error(`no record landed on 127.0.0.1:${masterPort} in 60 attempts`);
   }
@@ -218,8 +224,9 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
   describe('every store script touches one slot', () => {
     /** Redefines every script of `client` with the shebang; returns how many. */
     function makeScriptsStrict(target: Cluster): number {
-      const scripts = (target as unknown as { scriptsSet: Record<string, { lua: string; numberOfKeys: number | null }> })
-        .scriptsSet;
+      const scripts = (
+        target as unknown as { scriptsSet: Record<string, { lua: string; numberOfKeys: number | null }> }
+      ).scriptsSet;
       const names = Object.keys(scripts);
       for (const name of names) {
         const { lua, numberOfKeys } = scripts[name];
@@ -268,7 +275,10 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
         probe.defineCommand('crossSlotCompat', { lua, numberOfKeys: 1 });
         const [first, second] = await twoKeysOnOneNodeInTwoSlots(await masterOfSlot(cluster.nodes[0].port, 0));
         type Probe = (key: string, other: string) => Promise<unknown>;
-        const { crossSlotStrict, crossSlotCompat } = probe as unknown as Record<'crossSlotStrict' | 'crossSlotCompat', Probe>;
+        const { crossSlotStrict, crossSlotCompat } = probe as unknown as Record<
+          'crossSlotStrict' | 'crossSlotCompat',
+          Probe
+        >;
         await expect(crossSlotStrict.call(probe, first, second)).rejects.toThrow(/do not hash to the same slot/);
         await expect(crossSlotCompat.call(probe, first, second)).resolves.toBeNull();
       } finally {
@@ -325,13 +335,23 @@ describe('Redis Cluster (three masters): scripts and waiters', () => {
           woken = true;
         });
         let subscribedOn: number[] = [];
-        await waitUntil(async () => (subscribedOn = await subscribedNodes(channel)).length === 1, 10_000, 'the waiter subscribed');
+        await waitUntil(
+          async () => (subscribedOn = await subscribedNodes(channel)).length === 1,
+          10_000,
+          'the waiter subscribed',
+        );
         await askNode(subscribedOn[0], 'CLIENT', 'KILL', 'TYPE', 'pubsub');
-        await waitUntil(async () => (await subscribedNodes(channel)).length === 1, 10_000, 'ioredis resubscribed the channel');
+        await waitUntil(
+          async () => (await subscribedNodes(channel)).length === 1,
+          10_000,
+          'ioredis resubscribed the channel',
+        );
         expect(woken).toBe(false);
 
         expect(await store.complete(id, record.ownerToken, sampleResponse())).toBe(true);
-        expect(await Promise.race([waiting.then(() => 'woken'), later(15_000).then(() => 'still waiting')])).toBe('woken');
+        expect(await Promise.race([waiting.then(() => 'woken'), later(15_000).then(() => 'still waiting')])).toBe(
+          'woken',
+        );
       } finally {
         await store.onApplicationShutdown();
       }

@@ -44,7 +44,11 @@ describe('Redis Sentinel: a failover under the HTTP layer (express)', () => {
     const running = randomUUID();
     const gate = `g-${running}`;
     const original = call(running, { amount: 2, gate });
-    await waitUntil(async () => (await call(running, { amount: 2, gate })).status === 409, 10_000, 'the request is in progress');
+    await waitUntil(
+      async () => (await call(running, { amount: 2, gate })).status === 409,
+      10_000,
+      'the request is in progress',
+    );
     const runs = fixture.probe.runs;
     const oldMaster = await sentinel.masterPort();
     await waitForReplicas(oldMaster); // what WAIT 1 would guarantee: the replica has both records

@@ -5,7 +5,12 @@ import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 
-const claimOf = () => ({ ownerToken: randomBytes(16).toString('base64url'), fingerprint: 'fp', leaseMs: 30_000, ttlMs: 60_000 });
+const claimOf = () => ({
+  ownerToken: randomBytes(16).toString('base64url'),
+  fingerprint: 'fp',
+  leaseMs: 30_000,
+  ttlMs: 60_000,
+});
 
 /** Socket writes (`_write` and `_writev` calls) of `socket` while `work` runs, with their chunk counts. */
 async function writesOf(socket: Socket, work: () => Promise<unknown>): Promise<number[]> {

@@ -118,7 +118,8 @@ describe.each<Platform>(['express', 'fastify'])('Replays on routes that take the
     expect(replay.status).toBe(status);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');
     expect(replay.json()).toEqual(first.json());
-    while (finished.length === 0 && Date.now() < deadline + 2_000) await new Promise((resolve) => setTimeout(resolve, 10));
+    while (finished.length === 0 && Date.now() < deadline + 2_000)
+      await new Promise((resolve) => setTimeout(resolve, 10));
     // A later write by Nest would have changed the status or logged an error; give it a moment.
     await new Promise((resolve) => setTimeout(resolve, 50));
     expect(finished.map(({ path, response }) => ({ path, status: response.statusCode }))).toEqual([{ path, status }]);
@@ -148,39 +149,45 @@ class WrapUnlessSent implements NestInterceptor {
  * replay sends those bytes as they are, marked as a replay (it used to send the Web `Response`
  * it returned, wrapped and serialized as `{"data":{}}`).
  */
-describe.each<Platform>(['express', 'fastify'])('Replays under a global result-wrapping interceptor (%s)', (platform) => {
-  let app: INestApplication;
-  let url: string;
+describe.each<Platform>(['express', 'fastify'])(
+  'Replays under a global result-wrapping interceptor (%s)',
+  (platform) => {
+    let app: INestApplication;
+    let url: string;
 
-  beforeAll(async () => {
-    app = await createApp(platform, false);
-    app.useGlobalInterceptors(new WrapInData());
-    url = await listen(app);
-  });
+    beforeAll(async () => {
+      app = await createApp(platform, false);
+      app.useGlobalInterceptors(new WrapInData());
+      url = await listen(app);
+    });
 
-  afterAll(async () => {
-    await app?.close();
-  });
+    afterAll(async () => {
+      await app?.close();
+    });
 
-  it.each(['/passthrough', '/own-response'])('%s: the replay is the stored bytes of the wrapped response', async (path) => {
-    const key = randomUUID();
-    const first = await send(url, path, { key, body: {} });
-    const replay = await send(url, path, { key, body: {} });
-    expect(replay.status).toBe(first.status);
-    expect(replay.headers.get('idempotent-replayed')).toBe('true');
-    expect(replay.body.equals(first.body)).toBe(true);
-  });
+    it.each(['/passthrough', '/own-response'])(
+      '%s: the replay is the stored bytes of the wrapped response',
+      async (path) => {
+        const key = randomUUID();
+        const first = await send(url, path, { key, body: {} });
+        const replay = await send(url, path, { key, body: {} });
+        expect(replay.status).toBe(first.status);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(replay.body.equals(first.body)).toBe(true);
+      },
+    );
 
-  it('a route without the response object: the replay is the stored bytes of the wrapped response', async () => {
-    const key = randomUUID();
-    const first = await send(url, '/wrapped', { key, body: {} });
-    expect(first.json()).toEqual({ data: { runs: expect.any(Number) } });
-    const replay = await send(url, '/wrapped', { key, body: {} });
-    expect(replay.status).toBe(201);
-    expect(replay.headers.get('idempotent-replayed')).toBe('true');
-    expect(replay.body.equals(first.body)).toBe(true);
-  });
-});
+    it('a route without the response object: the replay is the stored bytes of the wrapped response', async () => {
+      const key = randomUUID();
+      const first = await send(url, '/wrapped', { key, body: {} });
+      expect(first.json()).toEqual({ data: { runs: expect.any(Number) } });
+      const replay = await send(url, '/wrapped', { key, body: {} });
+      expect(replay.status).toBe(201);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.body.equals(first.body)).toBe(true);
+    });
+  },
+);
 
 describe('Replays under a result-wrapping interceptor that passes sent responses through (express)', () => {
   it('sends the stored bytes and logs nothing', async () => {

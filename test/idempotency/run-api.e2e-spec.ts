@@ -52,26 +52,32 @@ describe.each<[string, () => IdempotencyStore]>([
 
   it.each<[string, () => unknown]>([
     ['a BigInt', () => ({ amount: 10n })],
-    ['a circular object (an HTTP client response, say)', () => {
-      const response: Record<string, unknown> = { status: 200 };
-      response.request = { response };
-      return response;
-    }],
-  ])('a result that cannot be encoded (%s) resolves the claim at once: a clear error now, replay-unavailable after, never a second run', async (_, result) => {
-    const key = randomUUID();
-    let runs = 0;
-    // Leases far shorter than the wait below: a claim left renewing would still answer in-progress.
-    const options = { leaseMs: 300, heartbeatMs: 100 };
-    const first = idempotency.run({ operation, key, options }, () => {
-      runs++;
-      return result();
-    });
-    await expect(first).rejects.toMatchObject({ kind: 'result-unencodable', retryable: false });
-    await sleep(700);
-    const retry = idempotency.run({ operation, key, options }, () => ++runs);
-    await expect(retry).rejects.toMatchObject({ kind: 'replay-unavailable' });
-    expect(runs).toBe(1);
-  });
+    [
+      'a circular object (an HTTP client response, say)',
+      () => {
+        const response: Record<string, unknown> = { status: 200 };
+        response.request = { response };
+        return response;
+      },
+    ],
+  ])(
+    'a result that cannot be encoded (%s) resolves the claim at once: a clear error now, replay-unavailable after, never a second run',
+    async (_, result) => {
+      const key = randomUUID();
+      let runs = 0;
+      // Leases far shorter than the wait below: a claim left renewing would still answer in-progress.
+      const options = { leaseMs: 300, heartbeatMs: 100 };
+      const first = idempotency.run({ operation, key, options }, () => {
+        runs++;
+        return result();
+      });
+      await expect(first).rejects.toMatchObject({ kind: 'result-unencodable', retryable: false });
+      await sleep(700);
+      const retry = idempotency.run({ operation, key, options }, () => ++runs);
+      await expect(retry).rejects.toMatchObject({ kind: 'replay-unavailable' });
+      expect(runs).toBe(1);
+    },
+  );
 
   it('scope: the same key under another operation or tenant is independent', async () => {
     const key = randomUUID();
@@ -114,7 +120,10 @@ describe.each<[string, () => IdempotencyStore]>([
     let release!: () => void;
     const original = idempotency.run({ operation, key }, () => new Promise<number>((r) => (release = () => r(42))));
     await sleep(50);
-    const duplicate = idempotency.run({ operation, key, options: { inProgress: { mode: 'wait', maxWaitMs: 5000 } } }, () => 0);
+    const duplicate = idempotency.run(
+      { operation, key, options: { inProgress: { mode: 'wait', maxWaitMs: 5000 } } },
+      () => 0,
+    );
     await sleep(100);
     release();
     expect(await original).toEqual({ status: 'fresh', value: 42 });
@@ -144,7 +153,10 @@ describe.each<[string, () => IdempotencyStore]>([
         throw new HttpException({ reason: 'card declined' }, 402);
       });
     await expect(decline()).rejects.toBeInstanceOf(HttpException);
-    await expect(decline()).rejects.toMatchObject({ kind: 'replayed-failure', details: { status: 402, body: { reason: 'card declined' } } });
+    await expect(decline()).rejects.toMatchObject({
+      kind: 'replayed-failure',
+      details: { status: 402, body: { reason: 'card declined' } },
+    });
     expect(runs).toBe(1);
 
     const finalKey = randomUUID();

@@ -1,7 +1,14 @@
 import { Controller, Injectable, Module, Post, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { EventPattern } from '@nestjs/microservices';
-import { Idempotent, IdempotencyConfigurationError, IdempotencyModule, IdempotencyService, type IdempotencyModuleOptions, type IdempotentOptions } from 'nestjs-idempotency';
+import {
+  Idempotent,
+  IdempotencyConfigurationError,
+  IdempotencyModule,
+  IdempotencyService,
+  type IdempotencyModuleOptions,
+  type IdempotentOptions,
+} from 'nestjs-idempotency';
 import { IdempotentConsumer } from 'nestjs-idempotency/consumers';
 import { idempotentProcessor, type IdempotentProcessorOptions } from 'nestjs-idempotency/bullmq';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
@@ -54,7 +61,12 @@ async function startupFailure(module: Type): Promise<unknown> {
 describe('@Idempotent() options are checked at startup', () => {
   it.each<[string, IdempotentOptions, IdempotencyModuleOptions, RegExp]>([
     ['a TTL no store can hold', { ttlMs: 10 ** 13 }, {}, /ttlMs must be at most 3155760000000/],
-    ['a TTL that is not a whole number of ms', { ttlMs: Number.POSITIVE_INFINITY }, {}, /ttlMs must be a positive integer/],
+    [
+      'a TTL that is not a whole number of ms',
+      { ttlMs: Number.POSITIVE_INFINITY },
+      {},
+      /ttlMs must be a positive integer/,
+    ],
     [
       'a heartbeat as long as the lease',
       { leaseMs: 5_000, heartbeatMs: 5_000 },
@@ -75,8 +87,18 @@ describe('@Idempotent() options are checked at startup', () => {
       /heartbeatMs \(40000\) must be at most half of leaseMs \(60000\)/,
     ],
     ['a negative maxWaitMs', { inProgress: { mode: 'wait', maxWaitMs: -5 } }, {}, /inProgress\.maxWaitMs/],
-    ['a maxStoredResponseBytes of 0', { maxStoredResponseBytes: 0 }, {}, /maxStoredResponseBytes must be a positive integer/],
-    ['a durable route without a durableStore', { durable: true }, {}, /durable: true needs a durableStore in IdempotencyModule/],
+    [
+      'a maxStoredResponseBytes of 0',
+      { maxStoredResponseBytes: 0 },
+      {},
+      /maxStoredResponseBytes must be a positive integer/,
+    ],
+    [
+      'a durable route without a durableStore',
+      { durable: true },
+      {},
+      /durable: true needs a durableStore in IdempotencyModule/,
+    ],
     [
       'a transactional route without a durableStore',
       { transactional: true },
@@ -92,11 +114,13 @@ describe('@Idempotent() options are checked at startup', () => {
   ])('%s stops the application, naming the route and the option', async (_case, options, moduleOptions, message) => {
     const failure = await startupFailure(appWithRoute(options, moduleOptions));
     expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
-    expect((failure as Error).message).toMatch(/^Idempotency configuration: @Idempotent\(\) on OrdersController\.create: /);
+    expect((failure as Error).message).toMatch(
+      /^Idempotency configuration: @Idempotent\(\) on OrdersController\.create: /,
+    );
     expect((failure as Error).message).toMatch(message);
   });
 
-  it("a route that is not durable may fail open, and starts", async () => {
+  it('a route that is not durable may fail open, and starts', async () => {
     expect(await startupFailure(appWithRoute({ onStoreError: 'fail-open', ttlMs: 3_600_000 }))).toBeUndefined();
   });
 
@@ -127,7 +151,11 @@ describe('@IdempotentConsumer() options are checked at startup', () => {
     ['an empty consumer name', { consumer: ' ', key: () => 'k' }, /consumer must be a non-empty string/],
     ['no key function', { consumer: 'billing.order-created' }, /key is required/],
     ['a key that is not a function', { consumer: 'billing.order-created', key: 'eventId' }, /key must be a function/],
-    ['a TTL no store can hold', { consumer: 'billing.order-created', key: () => 'k', options: { ttlMs: 10 ** 14 } }, /ttlMs must be at most/],
+    [
+      'a TTL no store can hold',
+      { consumer: 'billing.order-created', key: () => 'k', options: { ttlMs: 10 ** 14 } },
+      /ttlMs must be at most/,
+    ],
     [
       "'fail-open' on a durable policy",
       { consumer: 'billing.order-created', key: () => 'k', options: { durable: true, onStoreError: 'fail-open' } },
@@ -146,12 +174,16 @@ describe('@IdempotentConsumer() options are checked at startup', () => {
   ])('%s stops the application, naming the handler and the option', async (_case, options, message) => {
     const failure = await startupFailure(appWithConsumer(options));
     expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
-    expect((failure as Error).message).toMatch(/^Idempotency configuration: @IdempotentConsumer\(\) on BillingConsumer\.onOrderCreated: /);
+    expect((failure as Error).message).toMatch(
+      /^Idempotency configuration: @IdempotentConsumer\(\) on BillingConsumer\.onOrderCreated: /,
+    );
     expect((failure as Error).message).toMatch(message);
   });
 
   it('a well-configured consumer starts', async () => {
-    expect(await startupFailure(appWithConsumer({ consumer: 'billing.order-created', key: () => 'k' }))).toBeUndefined();
+    expect(
+      await startupFailure(appWithConsumer({ consumer: 'billing.order-created', key: () => 'k' })),
+    ).toBeUndefined();
   });
 });
 
@@ -180,7 +212,11 @@ describe('idempotentProcessor() options are checked when the processor is built 
   }
 
   it.each<[string, IdempotentProcessorOptions, RegExp]>([
-    ['a delay factor of 0', { consumer: 'mailer.order-created', inProgressDelayFactor: 0 }, /inProgressDelayFactor must be a positive finite number/],
+    [
+      'a delay factor of 0',
+      { consumer: 'mailer.order-created', inProgressDelayFactor: 0 },
+      /inProgressDelayFactor must be a positive finite number/,
+    ],
     [
       'a heartbeat the inherited lease cannot hold',
       { consumer: 'mailer.order-created', options: { heartbeatMs: 40_000 } },
@@ -196,11 +232,15 @@ describe('idempotentProcessor() options are checked when the processor is built 
     const failure = await buildFailure(appWithProcessor(options));
     const error = (failure as { cause?: unknown })?.cause ?? failure;
     expect(error).toBeInstanceOf(IdempotencyConfigurationError);
-    expect((error as Error).message).toMatch(/^Idempotency configuration: idempotentProcessor\(('mailer\.order-created')?\): /);
+    expect((error as Error).message).toMatch(
+      /^Idempotency configuration: idempotentProcessor\(('mailer\.order-created')?\): /,
+    );
     expect((error as Error).message).toMatch(message);
   });
 
   it('a well-configured processor is built', async () => {
-    expect(await buildFailure(appWithProcessor({ consumer: 'mailer.order-created', options: { heartbeatMs: 20_000 } }))).toBeUndefined();
+    expect(
+      await buildFailure(appWithProcessor({ consumer: 'mailer.order-created', options: { heartbeatMs: 20_000 } })),
+    ).toBeUndefined();
   });
 });

@@ -7,7 +7,12 @@ import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { send } from '../support/http/send.js';
 import { openIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, waitForLockWaiters } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  createThrowawaySchema,
+  dropSchema,
+  waitForLockWaiters,
+} from '../support/servers/postgres.js';
 import { connectRedisOrFail, deleteKeys, openRedis, redisUrl } from '../support/servers/redis.js';
 import { DurableSwitchStore } from '../support/stores/durable-switch.store.js';
 import { sleep } from '../support/timing.js';

@@ -18,7 +18,12 @@ const headers = { 'X-Tenant-ID': 'tenant-late-otel', 'X-User-ID': 'u1' };
 describe('Tracing registered after startup, and removed again', () => {
   let fixture: ContractApp;
   let tracing: TestTracing | undefined;
-  const post = () => send(fixture.url, '/charges', { method: 'POST', headers: { ...headers, 'Idempotency-Key': randomUUID() }, body: { amount: 1 } });
+  const post = () =>
+    send(fixture.url, '/charges', {
+      method: 'POST',
+      headers: { ...headers, 'Idempotency-Key': randomUUID() },
+      body: { amount: 1 },
+    });
 
   beforeAll(async () => {
     fixture = await startContractApp('express', new MemoryIdempotencyStore());
@@ -48,8 +53,11 @@ describe('Tracing registered after startup, and removed again', () => {
     expect(traced.status).toBe(201);
     const names = () => tracing!.spans.getFinishedSpans().map((span) => span.name);
     const deadline = Date.now() + 5_000;
-    while (!names().includes(IDEMPOTENCY_SPANS.complete) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    expect(names()).toEqual(expect.arrayContaining([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.complete]));
+    while (!names().includes(IDEMPOTENCY_SPANS.complete) && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20));
+    expect(names()).toEqual(
+      expect.arrayContaining([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.complete]),
+    );
 
     const exporter = tracing.spans;
     await tracing.stop();

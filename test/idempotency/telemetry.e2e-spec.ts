@@ -110,7 +110,9 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
   it('counts a scripted sequence exactly: fresh, replay, mismatch, in progress, takeover, release, store error', async () => {
     // fresh, then its replay, then the same key with another payload
     expect((await call('/charges', { key: keyOf('a'), body: { amount: 1 } })).status).toBe(201);
-    expect((await call('/charges', { key: keyOf('a'), body: { amount: 1 } })).headers.get('idempotent-replayed')).toBe('true');
+    expect((await call('/charges', { key: keyOf('a'), body: { amount: 1 } })).headers.get('idempotent-replayed')).toBe(
+      'true',
+    );
     expect((await call('/charges', { key: keyOf('a'), body: { amount: 2 } })).status).toBe(422);
 
     // in progress: a duplicate arrives while the original, heartbeat alive, waits at a gate
@@ -167,16 +169,25 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
     const errors = logs.at('error');
     const takeover = warnings.filter((line) => line.includes('event=takeover'));
     expect(takeover).toHaveLength(1);
-    expect(takeover[0]).toMatch(/^takeover of a dead lease event=takeover keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/short-lease" outcome=taken_over tier=fast fencing=2/);
+    expect(takeover[0]).toMatch(
+      /^takeover of a dead lease event=takeover keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/short-lease" outcome=taken_over tier=fast fencing=2/,
+    );
     const lost = warnings.filter((line) => line.includes('event=lost_lease'));
     expect(lost).toHaveLength(1);
-    expect(lost[0]).toMatch(/keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/short-lease" outcome=fenced_out phase=complete fencing=1/);
+    expect(lost[0]).toMatch(
+      /keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/short-lease" outcome=fenced_out phase=complete fencing=1/,
+    );
     const storeErrors = errors.filter((line) => line.includes('event=store_error'));
     expect(storeErrors).toHaveLength(2);
-    for (const line of storeErrors) expect(line).toMatch(/keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/(charges|fail-open)" outcome=claim_failed phase=claim tier=fast/);
+    for (const line of storeErrors)
+      expect(line).toMatch(
+        /keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/(charges|fail-open)" outcome=claim_failed phase=claim tier=fast/,
+      );
     const failOpen = warnings.filter((line) => line.includes('event=fail_open'));
     expect(failOpen).toHaveLength(1);
-    expect(failOpen[0]).toMatch(/keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/fail-open" outcome=unprotected/);
+    expect(failOpen[0]).toMatch(
+      /keyHash=[0-9a-f]{32} tenant=tenant-otel operation="POST \/fail-open" outcome=unprotected/,
+    );
   });
 
   it('makes each phase a child of the request span; store calls nest in their phase', async () => {
@@ -186,7 +197,13 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
 
     const claims = named(IDEMPOTENCY_SPANS.claim);
     expect(claims.length).toBeGreaterThanOrEqual(10);
-    for (const phase of [IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.complete, IDEMPOTENCY_SPANS.release, IDEMPOTENCY_SPANS.replay]) {
+    for (const phase of [
+      IDEMPOTENCY_SPANS.claim,
+      IDEMPOTENCY_SPANS.handler,
+      IDEMPOTENCY_SPANS.complete,
+      IDEMPOTENCY_SPANS.release,
+      IDEMPOTENCY_SPANS.replay,
+    ]) {
       const phaseSpans = named(phase);
       expect(phaseSpans.length).toBeGreaterThan(0);
       for (const span of phaseSpans) expect(parentOf(span)?.name).toMatch(/^HTTP POST \//);
@@ -198,7 +215,9 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
     const [request] = finished.filter((span) => span.name === 'HTTP POST /status/500');
     const children = tracing.childrenOf(request);
     expect(children).toEqual([IDEMPOTENCY_SPANS.claim, IDEMPOTENCY_SPANS.handler, IDEMPOTENCY_SPANS.release].sort());
-    const storeCalls = finished.filter((span) => span.name.startsWith('idempotency.fast.') && parentOf(span) && parentOf(parentOf(span)!) === request);
+    const storeCalls = finished.filter(
+      (span) => span.name.startsWith('idempotency.fast.') && parentOf(span) && parentOf(parentOf(span)!) === request,
+    );
     expect(storeCalls.map((span) => `${parentOf(span)!.name} > ${span.name}`).sort()).toEqual([
       `${IDEMPOTENCY_SPANS.claim} > idempotency.fast.claim`,
       `${IDEMPOTENCY_SPANS.release} > idempotency.fast.release`,
@@ -221,7 +240,11 @@ describe('OpenTelemetry metrics, spans and logs (Redis store, Express)', () => {
     expect(logged).not.toContain(marker);
     const { resourceMetrics } = await reader.collect();
     expect(JSON.stringify(pointsOf(resourceMetrics))).not.toContain(marker);
-    const traced = tracing.spans.getFinishedSpans().map((span) => JSON.stringify({ name: span.name, attributes: span.attributes, events: span.events, status: span.status }));
+    const traced = tracing.spans
+      .getFinishedSpans()
+      .map((span) =>
+        JSON.stringify({ name: span.name, attributes: span.attributes, events: span.events, status: span.status }),
+      );
     expect(traced.length).toBeGreaterThan(0);
     expect(traced.join('\n')).not.toContain(marker);
   });

@@ -38,14 +38,17 @@ describe.each(PLATFORMS)('layers around an @Idempotent() handler (%s)', (platfor
       await backend?.close();
     });
 
-    it.each(CASES)('$layer.title, handler $handler.title: one run, writes ⇔ record, retries get its true outcome', async ({ layer, handler }) => {
-      const { observed, expected, firstAnswer } = await runCase(fixture, backend, layer, handler);
-      try {
-        expect(observed).toEqual(expected);
-      } catch (error) {
-        (error as Error).message += `\n\nThe first request's client saw: ${firstAnswer}`;
-        throw error;
-      }
-    });
+    it.each(CASES)(
+      '$layer.title, handler $handler.title: one run, writes ⇔ record, retries get its true outcome',
+      async ({ layer, handler }) => {
+        const { observed, expected, firstAnswer } = await runCase(fixture, backend, layer, handler);
+        try {
+          expect(observed).toEqual(expected);
+        } catch (error) {
+          (error as Error).message += `\n\nThe first request's client saw: ${firstAnswer}`;
+          throw error;
+        }
+      },
+    );
   });
 });

@@ -36,7 +36,10 @@ describe('POST /orders: the client leaves, then the charge fails (PostgreSQL + R
     backend = await setUpPostgresAndRedis();
     schema = backend.env.DATABASE_SCHEMA!;
     // No background transactions besides the request's (the queue worker, the outbox relay).
-    app = await createOrdersApp({ env: { ...backend.env, QUEUE_WORKER: 'false', OUTBOX_POLL_MS: '600000' }, logger: false });
+    app = await createOrdersApp({
+      env: { ...backend.env, QUEUE_WORKER: 'false', OUTBOX_POLL_MS: '600000' },
+      logger: false,
+    });
     await app.listen(0, '127.0.0.1');
     url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
     await queryTestDatabase(`CREATE TABLE "${schema}".charge_faults (tenant_id varchar(36) PRIMARY KEY)`);
@@ -96,7 +99,10 @@ describe('POST /orders: the client leaves, then the charge fails (PostgreSQL + R
       await sleep(50);
       retry = await order();
     }
-    expect({ status: retry.status, code: retry.status === 201 ? undefined : retry.json().code }).toEqual({ status: 201, code: undefined });
+    expect({ status: retry.status, code: retry.status === 201 ? undefined : retry.json().code }).toEqual({
+      status: 201,
+      code: undefined,
+    });
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
     const orders = await list(tenantId, '/orders');
     expect(orders.map(({ id }) => id)).toEqual([retry.json().id]);

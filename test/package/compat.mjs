@@ -19,7 +19,13 @@ const npmCli = process.env.npm_execpath?.endsWith('.js') ? [process.execPath, pr
 const binaries = [];
 for (const major of majors) {
   const prefix = join(repoRoot, 'node_modules/.cache/node-binaries', major);
-  const binary = join(prefix, 'node_modules', platformPackage, 'bin', process.platform === 'win32' ? 'node.exe' : 'node');
+  const binary = join(
+    prefix,
+    'node_modules',
+    platformPackage,
+    'bin',
+    process.platform === 'win32' ? 'node.exe' : 'node',
+  );
   const present = await access(binary).then(
     () => true,
     () => false,
@@ -28,15 +34,32 @@ for (const major of majors) {
     await mkdir(prefix, { recursive: true });
     console.log(`[compat] installing ${platformPackage}@${major} from the npm registry`);
     const [command, ...cliArgs] = npmCli;
-    await run(command, [...cliArgs, 'install', '--prefix', prefix, '--no-save', '--no-audit', '--no-fund', `${platformPackage}@${major}`], {
-      timeout: 600_000,
-    });
+    await run(
+      command,
+      [
+        ...cliArgs,
+        'install',
+        '--prefix',
+        prefix,
+        '--no-save',
+        '--no-audit',
+        '--no-fund',
+        `${platformPackage}@${major}`,
+      ],
+      {
+        timeout: 600_000,
+      },
+    );
   }
   console.log(`[compat] Node ${(await run(binary, ['--version'])).stdout.trim()}: ${binary}`);
   binaries.push(binary);
 }
 
-const child = spawn(process.execPath, [join(repoRoot, 'test/package/pack-and-consume.mjs'), ...binaries.flatMap((binary) => ['--node', binary])], {
-  stdio: 'inherit',
-});
+const child = spawn(
+  process.execPath,
+  [join(repoRoot, 'test/package/pack-and-consume.mjs'), ...binaries.flatMap((binary) => ['--node', binary])],
+  {
+    stdio: 'inherit',
+  },
+);
 child.once('exit', (code) => process.exit(code ?? 1));

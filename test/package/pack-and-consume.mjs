@@ -51,7 +51,9 @@ async function npm(cwd, npmArgs, options = {}) {
 
 async function filesUnder(dir) {
   const entries = await readdir(dir, { recursive: true, withFileTypes: true });
-  return entries.filter((entry) => entry.isFile()).map((entry) => relative(dir, join(entry.parentPath ?? entry.path, entry.name)));
+  return entries
+    .filter((entry) => entry.isFile())
+    .map((entry) => relative(dir, join(entry.parentPath ?? entry.path, entry.name)));
 }
 
 // --- 1. Pack and inspect ------------------------------------------------------------------------
@@ -90,13 +92,19 @@ for (const [subpath, conditions] of entryPoints) {
 
 await run('tar', ['-xzf', tarball, '-C', work]);
 const unpacked = join(work, 'package');
-const distFiles = (await filesUnder(join(unpacked, 'dist'))).filter((path) => path.endsWith('.js') || path.endsWith('.d.ts'));
+const distFiles = (await filesUnder(join(unpacked, 'dist'))).filter(
+  (path) => path.endsWith('.js') || path.endsWith('.d.ts'),
+);
 
 // Every package dist/ imports (code and declarations) is a dependency or a peer. TypeScript's
 // pre-processor lists static imports, literal dynamic imports and require() calls, never the
 // specifiers in comments; the optional peer loaded by name (importOptional) is read separately.
 const ts = requireFromRepo('typescript');
-const declared = new Set([manifest.name, ...Object.keys(manifest.dependencies ?? {}), ...Object.keys(manifest.peerDependencies ?? {})]);
+const declared = new Set([
+  manifest.name,
+  ...Object.keys(manifest.dependencies ?? {}),
+  ...Object.keys(manifest.peerDependencies ?? {}),
+]);
 const builtins = new Set(builtinModules);
 const imported = new Map();
 for (const path of distFiles) {
@@ -112,14 +120,31 @@ for (const path of distFiles) {
   }
 }
 const undeclared = [...imported].filter(([name]) => !declared.has(name));
-check(undeclared.length === 0, `every package dist/ imports is declared (${[...imported.keys()].filter((name) => name !== manifest.name).sort().join(', ')})`, undeclared.map(([name, path]) => `${name} (dist/${path})`).join('\n'));
+check(
+  undeclared.length === 0,
+  `every package dist/ imports is declared (${[...imported.keys()]
+    .filter((name) => name !== manifest.name)
+    .sort()
+    .join(', ')})`,
+  undeclared.map(([name, path]) => `${name} (dist/${path})`).join('\n'),
+);
 const unused = Object.keys(manifest.dependencies ?? {}).filter((name) => !imported.has(name));
-check(unused.length === 0, `every dependency is imported by dist/ (${Object.keys(manifest.dependencies ?? {}).join(', ')})`, unused.join('\n'));
+check(
+  unused.length === 0,
+  `every dependency is imported by dist/ (${Object.keys(manifest.dependencies ?? {}).join(', ')})`,
+  unused.join('\n'),
+);
 
 // No top-level await in any module: require(esm) refuses such a graph (ERR_REQUIRE_ASYNC_MODULE).
 const topLevelAwaits = [];
 for (const path of distFiles.filter((file) => file.endsWith('.js'))) {
-  const source = ts.createSourceFile(path, await readFile(join(unpacked, 'dist', path), 'utf8'), ts.ScriptTarget.Latest, true, ts.ScriptKind.JS);
+  const source = ts.createSourceFile(
+    path,
+    await readFile(join(unpacked, 'dist', path), 'utf8'),
+    ts.ScriptTarget.Latest,
+    true,
+    ts.ScriptKind.JS,
+  );
   const visit = (node) => {
     if (ts.isFunctionLike(node) || ts.isClassStaticBlockDeclaration(node)) return;
     const awaits = ts.isAwaitExpression(node) || (ts.isForOfStatement(node) && node.awaitModifier);
@@ -128,7 +153,11 @@ for (const path of distFiles.filter((file) => file.endsWith('.js'))) {
   };
   visit(source);
 }
-check(topLevelAwaits.length === 0, `no top-level await in the ${distFiles.filter((f) => f.endsWith('.js')).length} modules of dist/`, topLevelAwaits.join('\n'));
+check(
+  topLevelAwaits.length === 0,
+  `no top-level await in the ${distFiles.filter((f) => f.endsWith('.js')).length} modules of dist/`,
+  topLevelAwaits.join('\n'),
+);
 
 // And the proof by use: CommonJS require() of every entry point, with every optional peer
 // present (the repository's node_modules resolve the workspace package to this same dist/).
@@ -164,7 +193,11 @@ await Promise.all(
       () => '',
       (error) => `${error.stdout}\n${error.stderr}`,
     );
-    check(result === '', `${consumer.name}: npm install ${consumer.install.join(' ')} (${seconds(installing)})`, result);
+    check(
+      result === '',
+      `${consumer.name}: npm install ${consumer.install.join(' ')} (${seconds(installing)})`,
+      result,
+    );
   }),
 );
 log(`installs took ${seconds(t)}`);
@@ -181,14 +214,22 @@ await Promise.all(
     const nest = JSON.parse(await readFile(join(dir, 'node_modules/@nestjs/core/package.json'), 'utf8')).version;
     const ioredis = JSON.parse(await readFile(join(dir, 'node_modules/ioredis/package.json'), 'utf8')).version;
     const what = consumer.moduleType === 'module' ? 'the app and the README example' : 'the app';
-    check(compiled === '', `${consumer.name} (${consumer.moduleType}, @nestjs/core ${nest}, ioredis ${ioredis}): tsc with skipLibCheck: false, ${what}`, compiled);
+    check(
+      compiled === '',
+      `${consumer.name} (${consumer.moduleType}, @nestjs/core ${nest}, ioredis ${ioredis}): tsc with skipLibCheck: false, ${what}`,
+      compiled,
+    );
   }),
 );
 log(`type checks took ${seconds(t)}`);
 
 /** Starts a consumer and resolves with its URL and a stop function. */
 async function start(node, dir, env) {
-  const child = spawn(node, ['dist/main.js'], { cwd: dir, env: { PATH: process.env.PATH ?? '', ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(node, ['dist/main.js'], {
+    cwd: dir,
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let output = '';
   const url = await new Promise((done, fail) => {
     const timer = setTimeout(() => fail(new Error(`no "listening on" within 60 s:\n${output}`)), 60_000);
@@ -217,7 +258,11 @@ async function start(node, dir, env) {
 }
 
 const post = (url, key, body) =>
-  fetch(`${url}/orders`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': key }, body: JSON.stringify(body) });
+  fetch(`${url}/orders`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify(body),
+  });
 
 t = Date.now();
 const { Redis } = requireFromRepo('ioredis');
@@ -252,8 +297,19 @@ for (const node of runtimes) {
           other: other.status,
           otherCode: otherBody.code,
         };
-        const wanted = { first: 201, retry: 201, replayed: 'true', sameBody: true, other: 422, otherCode: 'idempotency_key_reused' };
-        check(JSON.stringify(seen) === JSON.stringify(wanted), `${what}: 201, replayed 201, other body 422`, `got ${JSON.stringify(seen)}`);
+        const wanted = {
+          first: 201,
+          retry: 201,
+          replayed: 'true',
+          sameBody: true,
+          other: 422,
+          otherCode: 'idempotency_key_reused',
+        };
+        check(
+          JSON.stringify(seen) === JSON.stringify(wanted),
+          `${what}: 201, replayed 201, other body 422`,
+          `got ${JSON.stringify(seen)}`,
+        );
       } catch (error) {
         check(false, what, String(error));
       } finally {
@@ -264,7 +320,7 @@ for (const node of runtimes) {
 }
 for (const prefix of prefixes) {
   const keys = [];
-  for (let cursor = '0'; ; ) {
+  for (let cursor = '0'; ;) {
     const [next, batch] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000);
     keys.push(...batch);
     cursor = next;

@@ -46,7 +46,9 @@ describe('orders service with IDEMPOTENCY_ENCRYPTION_KEYS (PostgreSQL + Redis)',
     expect(replay.body.equals(first.body)).toBe(true);
 
     const orderId: string = first.json().id;
-    const rows = rowsAsStoredBytes(await queryTestDatabase(`SELECT * FROM "${backend!.env.DATABASE_SCHEMA}".idempotency_records`));
+    const rows = rowsAsStoredBytes(
+      await queryTestDatabase(`SELECT * FROM "${backend!.env.DATABASE_SCHEMA}".idempotency_records`),
+    );
     expect(rows.length).toBeGreaterThan(0);
     expect(holding(rows, orderId)).toEqual([]);
     expect(holding(rows, body.customerId)).toEqual([]);

@@ -30,7 +30,8 @@ describe.each([
       body,
       headers: { 'X-Tenant-ID': options.tenant ?? 't1', 'X-User-ID': options.user ?? 'u1', ...options.headers },
     });
-  const idOf = (key: string, tenant = 't1', user = 'u1', operation = backend.operation) => securityRecordId(fixture, operation, key, tenant, user);
+  const idOf = (key: string, tenant = 't1', user = 'u1', operation = backend.operation) =>
+    securityRecordId(fixture, operation, key, tenant, user);
   const expectProblem = (res: HttpResult, status: number, code: string) => {
     expect(res.status).toBe(status);
     expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);

@@ -1,10 +1,22 @@
 import { randomUUID } from 'node:crypto';
-import { connectPostgresOrFail, dropSchema, queryTestDatabase, TEST_DATABASE_URL, throwawaySchemaName } from '../support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  dropSchema,
+  queryTestDatabase,
+  TEST_DATABASE_URL,
+  throwawaySchemaName,
+} from '../support/servers/postgres.js';
 import { startRedisServer } from '../support/servers/redis-server.js';
 import { startTcpProxy, type ChunkFault, type TcpProxy } from '../support/net/tcp-proxy.js';
 import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
 import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
-import { PG_COMMIT, PG_DURABLE_CLAIM, PG_DURABLE_COMPLETE, REDIS_CLAIM, REDIS_COMPLETE } from '../support/net/store-commands.js';
+import {
+  PG_COMMIT,
+  PG_DURABLE_CLAIM,
+  PG_DURABLE_COMPLETE,
+  REDIS_CLAIM,
+  REDIS_COMPLETE,
+} from '../support/net/store-commands.js';
 import { sleep } from '../support/timing.js';
 
 /**
@@ -83,7 +95,10 @@ const AIMED: Record<string, { proxy: 'redis' | 'pg'; fault: ChunkFault }> = {
   'pg COMMIT reply lost': { proxy: 'pg', fault: { after: PG_DURABLE_COMPLETE, match: PG_COMMIT, action: 'cut-reply' } },
 };
 
-export async function runSoak(options: SoakOptions, log: (line: string) => void = () => undefined): Promise<SoakReport> {
+export async function runSoak(
+  options: SoakOptions,
+  log: (line: string) => void = () => undefined,
+): Promise<SoakReport> {
   const instances = options.instances ?? 2;
   const clients = options.clients ?? 24;
   const leaseMs = options.leaseMs ?? 1500;
@@ -108,7 +123,9 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void 
       REDIS_URL: `redis://127.0.0.1:${redisProxy.port}`,
       IDEMPOTENCY_LEASE_MS: String(leaseMs),
     });
-    log(`soak: ${instances} instances, ${clients} clients, ${options.seconds} s, lease ${leaseMs} ms, schema ${schema}`);
+    log(
+      `soak: ${instances} instances, ${clients} clients, ${options.seconds} s, lease ${leaseMs} ms, schema ${schema}`,
+    );
 
     const keys: KeyState[] = [];
     const answers: Record<string, number> = {};
@@ -165,7 +182,9 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void 
         const burst = Math.random() < 0.15 ? between(3, 8) : 1;
         if (burst > 1) stats.duplicateBursts++;
         const leave = Math.random() < 0.03 ? between(0, 60) : undefined;
-        const first = await Promise.all(Array.from({ length: burst }, (_, i) => post(state, i === 0 ? leave : undefined)));
+        const first = await Promise.all(
+          Array.from({ length: burst }, (_, i) => post(state, i === 0 ? leave : undefined)),
+        );
         first.forEach((answer) => note(state, answer));
         let pause = Math.max(...first.map((a) => a.retryAfterMs ?? 0));
         while (!state.final && Date.now() < loadEndsAt) {
@@ -235,7 +254,9 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void 
       proxy.delay(0);
     }
     for (let slot = 0; slot < instances; slot++) if (!cluster.isUp(slot)) await cluster.restart(slot);
-    log(`soak: load over (${keys.length} keys, ${stats.requests} requests); settling ${keys.filter((k) => !k.final).length} keys`);
+    log(
+      `soak: load over (${keys.length} keys, ${stats.requests} requests); settling ${keys.filter((k) => !k.final).length} keys`,
+    );
 
     const settleEndsAt = Date.now() + settleMs;
     await Promise.all(
@@ -252,7 +273,9 @@ export async function runSoak(options: SoakOptions, log: (line: string) => void 
     );
 
     const checks = await checkInvariants(schema, keys);
-    const ordersInDatabase = Number((await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".orders`))[0].n);
+    const ordersInDatabase = Number(
+      (await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".orders`))[0].n,
+    );
     return {
       seconds: options.seconds,
       instances,
@@ -304,7 +327,11 @@ async function classify(response: Response): Promise<Answer> {
     return { kind: '503 store unavailable', final: false, retryAfterMs };
   }
   if (response.status >= 500) return { kind: `${response.status} other`, final: false, retryAfterMs: 200 };
-  return { kind: `${response.status} unexpected`, final: false, unexpected: `${response.status} ${text.slice(0, 200)}` };
+  return {
+    kind: `${response.status} unexpected`,
+    final: false,
+    unexpected: `${response.status} ${text.slice(0, 200)}`,
+  };
 }
 
 /** The invariants, checked against the database. */
@@ -331,21 +358,43 @@ async function checkInvariants(schema: string, keys: KeyState[]): Promise<Invari
     return { name, checked: cases.length, violations: failures.length, examples: failures.slice(0, 5) };
   };
   return [
-    check('at most one order per key', keys, (k) => ((ordersPerTenant.get(k.tenantId) ?? 0) > 1 ? `${k.key}: ${ordersPerTenant.get(k.tenantId)} orders` : undefined)),
-    check('at most one charge per key', keys, (k) => ((paymentsPerTenant.get(k.tenantId) ?? 0) > 1 ? `${k.key}: ${paymentsPerTenant.get(k.tenantId)} charges` : undefined)),
-    check('every order answered 201 to a client exists (same tenant)', keys, (k) =>
-      [...k.orderIds].some((id) => ordersById.get(id)?.tenant_id !== k.tenantId) ? `${k.key}: answered ${[...k.orderIds]}` : undefined,
+    check('at most one order per key', keys, (k) =>
+      (ordersPerTenant.get(k.tenantId) ?? 0) > 1 ? `${k.key}: ${ordersPerTenant.get(k.tenantId)} orders` : undefined,
     ),
-    check('every answer for a key names the same order', keys, (k) => (k.orderIds.size > 1 ? `${k.key}: ${[...k.orderIds]}` : undefined)),
-    check('at most one fresh (not replayed) 201 per key', keys, (k) => (k.freshAnswers > 1 ? `${k.key}: ${k.freshAnswers} fresh 201s` : undefined)),
-    check('no unexpected answer (4xx other than 409)', keys, (k) => (k.unexpected.length > 0 ? `${k.key}: ${k.unexpected[0]}` : undefined)),
-    check('every key has a true final answer once the faults stop', keys, (k) => (k.final ? undefined : `${k.key}: no final answer`)),
+    check('at most one charge per key', keys, (k) =>
+      (paymentsPerTenant.get(k.tenantId) ?? 0) > 1
+        ? `${k.key}: ${paymentsPerTenant.get(k.tenantId)} charges`
+        : undefined,
+    ),
+    check('every order answered 201 to a client exists (same tenant)', keys, (k) =>
+      [...k.orderIds].some((id) => ordersById.get(id)?.tenant_id !== k.tenantId)
+        ? `${k.key}: answered ${[...k.orderIds]}`
+        : undefined,
+    ),
+    check('every answer for a key names the same order', keys, (k) =>
+      k.orderIds.size > 1 ? `${k.key}: ${[...k.orderIds]}` : undefined,
+    ),
+    check('at most one fresh (not replayed) 201 per key', keys, (k) =>
+      k.freshAnswers > 1 ? `${k.key}: ${k.freshAnswers} fresh 201s` : undefined,
+    ),
+    check('no unexpected answer (4xx other than 409)', keys, (k) =>
+      k.unexpected.length > 0 ? `${k.key}: ${k.unexpected[0]}` : undefined,
+    ),
+    check('every key has a true final answer once the faults stop', keys, (k) =>
+      k.final ? undefined : `${k.key}: no final answer`,
+    ),
     check('every order is paid by exactly its own charge', orders, (o) => {
       const payment = o.payment_id === null ? undefined : paymentsById.get(o.payment_id);
-      return o.status === 'paid' && payment?.order_id === o.id && payment.tenant_id === o.tenant_id ? undefined : `order ${o.id}: ${o.status}`;
+      return o.status === 'paid' && payment?.order_id === o.id && payment.tenant_id === o.tenant_id
+        ? undefined
+        : `order ${o.id}: ${o.status}`;
     }),
-    check('every charge belongs to an order', payments, (p) => (ordersById.has(p.order_id) ? undefined : `charge ${p.id}: no order ${p.order_id}`)),
-    check('every order in the database was confirmed to its client', orders, (o) => (knownIds.has(o.id) ? undefined : `order ${o.id} never confirmed`)),
+    check('every charge belongs to an order', payments, (p) =>
+      ordersById.has(p.order_id) ? undefined : `charge ${p.id}: no order ${p.order_id}`,
+    ),
+    check('every order in the database was confirmed to its client', orders, (o) =>
+      knownIds.has(o.id) ? undefined : `order ${o.id} never confirmed`,
+    ),
   ];
 }
 
@@ -371,7 +420,8 @@ export function formatSoakReport(report: SoakReport): string {
     ...rows(report.faults),
     `  invariant checks:`,
     ...report.checks.map(
-      (c) => `    ${c.violations === 0 ? 'ok  ' : 'FAIL'} ${c.name.padEnd(58)} ${c.checked} checked, ${c.violations} violations${c.examples.length ? `: ${c.examples.join('; ')}` : ''}`,
+      (c) =>
+        `    ${c.violations === 0 ? 'ok  ' : 'FAIL'} ${c.name.padEnd(58)} ${c.checked} checked, ${c.violations} violations${c.examples.length ? `: ${c.examples.join('; ')}` : ''}`,
     ),
     `  violations                    ${report.violations}`,
   ].join('\n');

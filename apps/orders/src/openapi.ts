@@ -18,7 +18,10 @@ export function serveOpenApi(app: INestApplication): void {
         '/docs and the webhooks. See docs/idempotency-policy.md for the Idempotency-Key policy.',
     )
     .setVersion('0.1.0')
-    .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN, for /admin/idempotency' }, 'admin-token')
+    .addBearerAuth(
+      { type: 'http', scheme: 'bearer', description: 'ADMIN_TOKEN, for /admin/idempotency' },
+      'admin-token',
+    )
     .build();
   SwaggerModule.setup(OPENAPI_PATH, app, () => SwaggerModule.createDocument(app, config));
 }

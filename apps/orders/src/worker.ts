@@ -31,7 +31,9 @@ async function bootstrap(): Promise<void> {
     });
     app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
     await app.listen();
-    new Logger('OrdersWorker').log(`Orders worker ready (queue "${rabbitmq.queue}" on RabbitMQ ${redactUrl(rabbitmq.url)})`);
+    new Logger('OrdersWorker').log(
+      `Orders worker ready (queue "${rabbitmq.queue}" on RabbitMQ ${redactUrl(rabbitmq.url)})`,
+    );
     return;
   }
   if (config.fastStore.kind !== 'redis') {

@@ -52,7 +52,10 @@ describe('resolvePolicy', () => {
   });
 
   it('an explicit undefined in a nested option keeps the default (no unbounded wait, no nameless header)', () => {
-    const policy = resolvePolicy({ inProgress: { mode: 'wait', maxWaitMs: undefined }, replayHeader: { name: undefined } });
+    const policy = resolvePolicy({
+      inProgress: { mode: 'wait', maxWaitMs: undefined },
+      replayHeader: { name: undefined },
+    });
     expect(policy.inProgress.maxWaitMs).toBe(5000);
     expect(policy.replayHeader.name).toBe('Idempotent-Replayed');
   });
@@ -74,32 +77,68 @@ describe('resolvePolicy', () => {
   });
 
   it.each<[string, IdempotencyPolicyOptions, RegExp]>([
-    ['a TTL above what the stores hold (100 years)', { ttlMs: 3_155_760_000_001 }, /ttlMs must be at most 3155760000000/],
+    [
+      'a TTL above what the stores hold (100 years)',
+      { ttlMs: 3_155_760_000_001 },
+      /ttlMs must be at most 3155760000000/,
+    ],
     ['a TTL that is not a safe integer', { ttlMs: 2 ** 60 }, /ttlMs must be a positive integer/],
     ['an infinite TTL', { ttlMs: Number.POSITIVE_INFINITY }, /ttlMs must be a positive integer/],
     ['a TTL given as text', { ttlMs: '86400000' as never }, /ttlMs must be a positive integer .*got "86400000"/],
     ['a fractional TTL', { ttlMs: 86_400_000.5 }, /ttlMs must be a positive integer/],
     ['a negative lease', { leaseMs: -30_000 }, /leaseMs must be a positive integer/],
-    ['a lease longer than a JavaScript timer', { leaseMs: 2 ** 31, heartbeatMs: 10_000, ttlMs: 2 ** 33 }, /leaseMs must be at most 2147483647/],
-    ['a heartbeat as long as the lease', { leaseMs: 30_000, heartbeatMs: 30_000 }, /heartbeatMs \(30000\) must be at most half of leaseMs/],
+    [
+      'a lease longer than a JavaScript timer',
+      { leaseMs: 2 ** 31, heartbeatMs: 10_000, ttlMs: 2 ** 33 },
+      /leaseMs must be at most 2147483647/,
+    ],
+    [
+      'a heartbeat as long as the lease',
+      { leaseMs: 30_000, heartbeatMs: 30_000 },
+      /heartbeatMs \(30000\) must be at most half of leaseMs/,
+    ],
     ['a heartbeat longer than the lease', { leaseMs: 30_000, heartbeatMs: 60_000 }, /heartbeatMs/],
     ['a zero heartbeat', { heartbeatMs: 0 }, /heartbeatMs must be a positive integer/],
     ['a heartbeat that is not a number', { heartbeatMs: Number.NaN }, /heartbeatMs must be a positive integer/],
     ['a negative maxWaitMs', { inProgress: { mode: 'wait', maxWaitMs: -1 } }, /inProgress\.maxWaitMs/],
     ['a maxWaitMs no timer can wait', { inProgress: { mode: 'wait', maxWaitMs: 2 ** 31 } }, /inProgress\.maxWaitMs/],
     ['inProgress that is not an object', { inProgress: 'wait' as never }, /inProgress must be an object/],
-    ['a zero maxStoredResponseBytes', { maxStoredResponseBytes: 0 }, /maxStoredResponseBytes must be a positive integer/],
+    [
+      'a zero maxStoredResponseBytes',
+      { maxStoredResponseBytes: 0 },
+      /maxStoredResponseBytes must be a positive integer/,
+    ],
     ['a negative maxStoredResponseBytes', { maxStoredResponseBytes: -1 }, /maxStoredResponseBytes/],
-    ['a zero maxFingerprintedBodyBytes', { maxFingerprintedBodyBytes: 0 }, /maxFingerprintedBodyBytes must be a positive integer/],
-    ["'fail-open' on a durable route", { durable: true, onStoreError: 'fail-open' }, /onStoreError: 'fail-open' cannot be used with durable/],
-    ["'fail-open' on a transactional route", { transactional: true, onStoreError: 'fail-open' }, /onStoreError: 'fail-open' cannot be used with transactional/],
-    ['transactional with durable: false', { transactional: true, durable: false }, /transactional: true needs a durable record/],
+    [
+      'a zero maxFingerprintedBodyBytes',
+      { maxFingerprintedBodyBytes: 0 },
+      /maxFingerprintedBodyBytes must be a positive integer/,
+    ],
+    [
+      "'fail-open' on a durable route",
+      { durable: true, onStoreError: 'fail-open' },
+      /onStoreError: 'fail-open' cannot be used with durable/,
+    ],
+    [
+      "'fail-open' on a transactional route",
+      { transactional: true, onStoreError: 'fail-open' },
+      /onStoreError: 'fail-open' cannot be used with transactional/,
+    ],
+    [
+      'transactional with durable: false',
+      { transactional: true, durable: false },
+      /transactional: true needs a durable record/,
+    ],
     ['a boolean option given as text', { required: 'yes' as never }, /required must be true or false/],
     ['no methods', { methods: [] }, /methods must be a non-empty list/],
     ['a method that is not a token', { methods: ['PO ST'] }, /methods/],
     ['an unknown keySyntax', { keySyntax: 'strict' as never }, /keySyntax/],
     ['an unknown fingerprint.json mode', { fingerprint: { json: 'canonical' as never } }, /fingerprint\.json/],
-    ['a fingerprint header that is not a header name', { fingerprint: { headers: ['x version'] } }, /fingerprint\.headers/],
+    [
+      'a fingerprint header that is not a header name',
+      { fingerprint: { headers: ['x version'] } },
+      /fingerprint\.headers/,
+    ],
     ['a fingerprint given as text', { fingerprint: 'jcs' as never }, /fingerprint must be/],
     ['a keyPattern that is not a RegExp', { keyPattern: '^[a-f0-9]+$' as never }, /keyPattern must be a RegExp/],
     ['an unknown replayHeader.format', { replayHeader: { format: 'yes' as never } }, /replayHeader\.format/],
@@ -116,12 +155,16 @@ describe('resolvePolicy', () => {
     expect(() => resolvePolicy({ leaseMs: 100_000 }, { heartbeatMs: 40_000 })).not.toThrow();
     // A route that turns transactional on overrides the module's durable: false; one that says durable: false beside it does not.
     expect(resolvePolicy({ durable: false }, { transactional: true }).durable).toBe(true);
-    expect(() => resolvePolicy({ transactional: true }, { durable: false })).toThrow(/transactional: true needs a durable record/);
+    expect(() => resolvePolicy({ transactional: true }, { durable: false })).toThrow(
+      /transactional: true needs a durable record/,
+    );
   });
 
   it('accepts the limits themselves', () => {
     expect(resolvePolicy({ ttlMs: 3_155_760_000_000 }).ttlMs).toBe(3_155_760_000_000);
-    expect(resolvePolicy({ leaseMs: 2_147_483_647, heartbeatMs: 1_000_000_000, ttlMs: 2 * 2_147_483_647 }).leaseMs).toBe(2_147_483_647);
+    expect(
+      resolvePolicy({ leaseMs: 2_147_483_647, heartbeatMs: 1_000_000_000, ttlMs: 2 * 2_147_483_647 }).leaseMs,
+    ).toBe(2_147_483_647);
     expect(resolvePolicy({ inProgress: { mode: 'wait', maxWaitMs: 0 } }).inProgress.maxWaitMs).toBe(0);
     expect(resolvePolicy({ maxStoredResponseBytes: 1, maxFingerprintedBodyBytes: 1 }).maxStoredResponseBytes).toBe(1);
     expect(resolvePolicy({ durable: true, onStoreError: 'fail-closed' }).onStoreError).toBe('fail-closed');
@@ -147,21 +190,25 @@ describe('resolveModuleSettings', () => {
   });
 
   it('adds the trailing slash to problemTypeBaseUri', () => {
-    expect(resolveModuleSettings({ problemTypeBaseUri: 'https://x.test/p' }).problemTypeBaseUri).toBe('https://x.test/p/');
+    expect(resolveModuleSettings({ problemTypeBaseUri: 'https://x.test/p' }).problemTypeBaseUri).toBe(
+      'https://x.test/p/',
+    );
   });
 });
 
 describe('resolveModuleSettings: encryption', () => {
   it('builds the cipher once from the key ring, and none without one', () => {
     expect(resolveModuleSettings({}).cipher).toBeUndefined();
-    const settings = resolveModuleSettings({ encryption: { keys: [{ id: 'k1', key: Buffer.alloc(32, 7) }], activeKeyId: 'k1' } });
+    const settings = resolveModuleSettings({
+      encryption: { keys: [{ id: 'k1', key: Buffer.alloc(32, 7) }], activeKeyId: 'k1' },
+    });
     expect(settings.cipher).toBeInstanceOf(IdempotencyCipher);
     expect(IdempotencyCipher.keyIdOf(settings.cipher!.seal('record', { statusCode: 200, headers: {} }))).toBe('k1');
   });
 
   it('fails at startup on a bad key ring', () => {
-    expect(() => resolveModuleSettings({ encryption: { keys: [{ id: 'k1', key: Buffer.alloc(31) }], activeKeyId: 'k1' } })).toThrow(
-      IdempotencyConfigurationError,
-    );
+    expect(() =>
+      resolveModuleSettings({ encryption: { keys: [{ id: 'k1', key: Buffer.alloc(31) }], activeKeyId: 'k1' } }),
+    ).toThrow(IdempotencyConfigurationError);
   });
 });

@@ -50,7 +50,11 @@ export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idem
 
 // Errors and the problem responses (RFC 9457)
 export { IdempotencyError } from './errors/idempotency.error.js';
-export { IdempotencyProblemException, type IdempotencyProblemKind, type ProblemDetails } from './errors/idempotency.exceptions.js';
+export {
+  IdempotencyProblemException,
+  type IdempotencyProblemKind,
+  type ProblemDetails,
+} from './errors/idempotency.exceptions.js';
 export { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 export { IdempotencyScopeError } from './engine/scoped-key.js';
 export { IdempotencyStoreError } from './errors/idempotency-store.error.js';
@@ -66,7 +70,11 @@ export {
 } from './stores/idempotency-store.js';
 export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
-export type { IdempotencyRecord, IdempotencyRecordState, StoredResponse } from './interfaces/idempotency-record.interface.js';
+export type {
+  IdempotencyRecord,
+  IdempotencyRecordState,
+  StoredResponse,
+} from './interfaces/idempotency-record.interface.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
 
 // HTTP names

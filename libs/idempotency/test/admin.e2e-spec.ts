@@ -11,7 +11,11 @@ import { buildScopedKey } from '../src/engine/scoped-key.js';
 import { resolvePolicy } from '../src/idempotency.options.js';
 import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore, idempotencyTypeOrmEntities } from 'nestjs-idempotency/typeorm';
+import {
+  IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  TypeOrmIdempotencyStore,
+  idempotencyTypeOrmEntities,
+} from 'nestjs-idempotency/typeorm';
 import { freePort } from '../../../test/support/net/free-port.js';
 import { RecordingLogger } from '../../../test/support/recording-logger.js';
 
@@ -49,7 +53,11 @@ describe('IdempotencyAdmin', () => {
     return { admin: moduleRef.get(IdempotencyAdmin), engine: moduleRef.get(IdempotencyService) };
   };
   const bothTiers = () =>
-    boot({ store: new MemoryIdempotencyStore(), durableStore: new TypeOrmIdempotencyStore(dataSource), scope: [...SCOPE] });
+    boot({
+      store: new MemoryIdempotencyStore(),
+      durableStore: new TypeOrmIdempotencyStore(dataSource),
+      scope: [...SCOPE],
+    });
   /** A durable claim held by the engine, as a request whose handler still runs. */
   const runningClaim = async (engine: IdempotencyService, tenant: string, key: string) => {
     const scoped = buildScopedKey({ operation: 'charges.create', tenant, key }, SCOPE);
@@ -77,7 +85,10 @@ describe('IdempotencyAdmin', () => {
     const looked = await admin.lookup(ref);
     expect(looked.keyId).toBe(claim.scoped.id);
     for (const tier of [looked.fast, looked.durable]) {
-      expect(tier).toMatchObject({ status: 'found', record: { state: 'in_progress', ownerToken: claim.ownerToken, fencingToken: 1, leaseLapsed: false } });
+      expect(tier).toMatchObject({
+        status: 'found',
+        record: { state: 'in_progress', ownerToken: claim.ownerToken, fencingToken: 1, leaseLapsed: false },
+      });
     }
     const listed = await admin.listInProgress({ olderThanMs: 0 });
     for (const tier of [listed.fast, listed.durable]) {
@@ -91,7 +102,9 @@ describe('IdempotencyAdmin', () => {
       fast: 'released',
       durable: 'released',
     });
-    const audit = logger.entries.filter((e) => e.level === 'warn' && e.text.includes(`force-release key=${claim.scoped.id}`));
+    const audit = logger.entries.filter(
+      (e) => e.level === 'warn' && e.text.includes(`force-release key=${claim.scoped.id}`),
+    );
     expect(audit).toHaveLength(1);
     expect(audit[0].text).toContain('actor="bob" reason="stuck \\"worker\\"\\nINC-7"');
     expect(audit[0].text).not.toContain('key-secret-123');
@@ -102,15 +115,27 @@ describe('IdempotencyAdmin', () => {
   it('keeps a completed record unless includeCompleted, and shows its body only when asked', async () => {
     const { admin, engine } = await bothTiers();
     const claim = await runningClaim(engine, 't-done', 'k');
-    expect(await engine.finish(claim, { statusCode: 201, headers: { location: '/x' }, body: Buffer.from('{"id":1}') })).toBe('stored');
+    expect(
+      await engine.finish(claim, { statusCode: 201, headers: { location: '/x' }, body: Buffer.from('{"id":1}') }),
+    ).toBe('stored');
     const ref = { keyId: claim.scoped.id };
     const plain = await admin.lookup(ref);
-    expect(plain.durable).toMatchObject({ status: 'found', record: { state: 'completed', response: { statusCode: 201, bodyBytes: 8, headers: { location: '/x' } } } });
+    expect(plain.durable).toMatchObject({
+      status: 'found',
+      record: { state: 'completed', response: { statusCode: 201, bodyBytes: 8, headers: { location: '/x' } } },
+    });
     expect(plain.durable.status === 'found' && plain.durable.record.response).not.toHaveProperty('bodyBase64');
     const withBody = await admin.lookup(ref, { includeBody: true });
-    expect(withBody.fast.status === 'found' && withBody.fast.record.response?.bodyBase64).toBe(Buffer.from('{"id":1}').toString('base64'));
-    expect(await admin.forceRelease(ref, { actor: 'bob', reason: 'keep' })).toMatchObject({ fast: 'not-found', durable: 'not-found' });
-    expect(await admin.forceRelease(ref, { actor: 'bob', reason: 'wrong answer', includeCompleted: true })).toMatchObject({
+    expect(withBody.fast.status === 'found' && withBody.fast.record.response?.bodyBase64).toBe(
+      Buffer.from('{"id":1}').toString('base64'),
+    );
+    expect(await admin.forceRelease(ref, { actor: 'bob', reason: 'keep' })).toMatchObject({
+      fast: 'not-found',
+      durable: 'not-found',
+    });
+    expect(
+      await admin.forceRelease(ref, { actor: 'bob', reason: 'wrong answer', includeCompleted: true }),
+    ).toMatchObject({
       fast: 'released',
       durable: 'released',
     });
@@ -122,8 +147,14 @@ describe('IdempotencyAdmin', () => {
     const { admin } = await boot({ store: unreachable, scope: [...SCOPE] });
     const ref = { keyId: 'a'.repeat(32) };
     const looked = await admin.lookup(ref);
-    expect(looked).toMatchObject({ fast: { status: 'unavailable', error: expect.stringContaining('Redis idempotency store') }, durable: { status: 'not-configured' } });
-    expect(await admin.listInProgress({ olderThanMs: 0 })).toMatchObject({ fast: { status: 'unavailable' }, durable: { status: 'not-configured' } });
+    expect(looked).toMatchObject({
+      fast: { status: 'unavailable', error: expect.stringContaining('Redis idempotency store') },
+      durable: { status: 'not-configured' },
+    });
+    expect(await admin.listInProgress({ olderThanMs: 0 })).toMatchObject({
+      fast: { status: 'unavailable' },
+      durable: { status: 'not-configured' },
+    });
     const released = await admin.forceRelease(ref, { actor: 'bob', reason: 'try' });
     expect(released).toMatchObject({ fast: { error: expect.any(String) }, durable: 'not-configured' });
     await expect(admin.listInProgress({ olderThanMs: -5 })).rejects.toThrow(RangeError);

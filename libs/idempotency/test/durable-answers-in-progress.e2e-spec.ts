@@ -47,7 +47,10 @@ describe('a fast record in progress whose durable row has completed', () => {
 
   /** A claim on both tiers whose durable row completes while the fast record stays in progress. */
   async function completedOnlyInDurable() {
-    const scoped = buildScopedKey({ operation: 'orders.create', tenant: 't1', key: randomUUID() }, ['tenant', 'operation']);
+    const scoped = buildScopedKey({ operation: 'orders.create', tenant: 't1', key: randomUUID() }, [
+      'tenant',
+      'operation',
+    ]);
     const begun = await engine.begin({ scoped, fingerprint: FINGERPRINT, policy });
     if (begun.kind !== 'claimed') throw new Error(`expected a claim, got ${begun.kind}`);
     expect(await durable.complete(scoped.id, begun.claim.ownerToken, created)).toBe(true);
@@ -71,7 +74,10 @@ describe('a fast record in progress whose durable row has completed', () => {
   });
 
   it('answers in progress while the durable row is in progress too (the owner is still at work)', async () => {
-    const scoped = buildScopedKey({ operation: 'orders.create', tenant: 't1', key: randomUUID() }, ['tenant', 'operation']);
+    const scoped = buildScopedKey({ operation: 'orders.create', tenant: 't1', key: randomUUID() }, [
+      'tenant',
+      'operation',
+    ]);
     const begun = await engine.begin({ scoped, fingerprint: FINGERPRINT, policy });
     expect(begun.kind).toBe('claimed');
     const duplicate = await engine.begin({ scoped, fingerprint: FINGERPRINT, policy });
@@ -92,7 +98,9 @@ describe('a fast record in progress whose durable row has completed', () => {
         retryAfterSeconds: expect.any(Number),
       });
       // The failed read is one store-error line, saying the request was answered "in progress".
-      expect(logs.at('error')).toEqual([expect.stringMatching(/event=store_error .*outcome=answered_in_progress .*tier=durable/)]);
+      expect(logs.at('error')).toEqual([
+        expect.stringMatching(/event=store_error .*outcome=answered_in_progress .*tier=durable/),
+      ]);
     } finally {
       Logger.overrideLogger(false);
       blind.onApplicationShutdown();

@@ -2,7 +2,12 @@ import { jest } from '@jest/globals';
 import { randomUUID } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { DataSource } from 'typeorm';
-import { IdempotencyService, MemoryIdempotencyStore, type ClaimResult, type IdempotencyStore } from 'nestjs-idempotency';
+import {
+  IdempotencyService,
+  MemoryIdempotencyStore,
+  type ClaimResult,
+  type IdempotencyStore,
+} from 'nestjs-idempotency';
 import type { IdempotencyClaim } from '../src/engine/idempotency-claim.js';
 import { buildScopedKey, type ScopedKey } from '../src/engine/scoped-key.js';
 import { resolvePolicy, type ResolvedPolicy } from '../src/idempotency.options.js';
@@ -11,7 +16,12 @@ import { IDEMPOTENCY_TYPEORM_ENTITIES, TypeOrmIdempotencyStore } from 'nestjs-id
 import { resolveModuleSettings } from '../src/idempotency.options.js';
 import { claimRequest, newId, sleep } from '../src/testing/contract-fixtures.js';
 import { openIdempotencyDataSource } from '../../../test/support/servers/idempotency-data-source.js';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../../test/support/servers/postgres.js';
+import {
+  connectPostgresOrFail,
+  createThrowawaySchema,
+  dropSchema,
+  TEST_DATABASE_URL,
+} from '../../../test/support/servers/postgres.js';
 import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
 import { waitUntil } from '../../../test/support/timing.js';
 import { startTcpProxy, type TcpProxy } from '../../../test/support/net/tcp-proxy.js';
@@ -47,7 +57,11 @@ function scopedKey(): ScopedKey {
   return buildScopedKey({ operation: 'orders.create', tenant: 't1', key: randomUUID() }, ['tenant', 'operation']);
 }
 
-async function claimedBy(engine: IdempotencyService, scoped: ScopedKey, policy: ResolvedPolicy): Promise<IdempotencyClaim> {
+async function claimedBy(
+  engine: IdempotencyService,
+  scoped: ScopedKey,
+  policy: ResolvedPolicy,
+): Promise<IdempotencyClaim> {
   const begun = await engine.begin({ scoped, fingerprint: FINGERPRINT, policy });
   if (begun.kind !== 'claimed') throw new Error(`expected a claim, got ${begun.kind}`);
   return begun.claim;
@@ -121,7 +135,11 @@ describe('durable leases are judged by the database clock (PostgreSQL)', () => {
     // Each node has a fast tier of its own: the skewed node's has no record, as after a Redis
     // failover, so the durable row decides.
     const ownerNode = new IdempotencyService(new MemoryIdempotencyStore(), resolveModuleSettings({}), durable);
-    const skewedNode = new IdempotencyService(new MemoryIdempotencyStore(), resolveModuleSettings({}), new TypeOrmIdempotencyStore(dataSource));
+    const skewedNode = new IdempotencyService(
+      new MemoryIdempotencyStore(),
+      resolveModuleSettings({}),
+      new TypeOrmIdempotencyStore(dataSource),
+    );
     try {
       const scoped = scopedKey();
       const claim = await claimedBy(ownerNode, scoped, policy);
@@ -222,10 +240,14 @@ describe('each tier renews its lease on its own beat (real PostgreSQL and Redis 
 
     // Once the database answers again, its lease is renewed too.
     pgProxy.restore();
-    await waitUntil(async () => {
-      const { record, nowMs } = await seenBy(observer, scoped.id);
-      return record.leaseExpiresAtMs > nowMs;
-    }, 10 * LEASE_MS, 'the durable lease is renewed again');
+    await waitUntil(
+      async () => {
+        const { record, nowMs } = await seenBy(observer, scoped.id);
+        return record.leaseExpiresAtMs > nowMs;
+      },
+      10 * LEASE_MS,
+      'the durable lease is renewed again',
+    );
     expect(claim.lost).toBe(false);
   });
 

@@ -4,11 +4,7 @@ import { jest } from '@jest/globals';
 import { Cluster, type Redis } from 'ioredis';
 import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
 import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import {
-  decodeClaimReply,
-  decodeFlagReply,
-  decodeGetReply,
-} from '../src/redis/redis-reply-codec.js';
+import { decodeClaimReply, decodeFlagReply, decodeGetReply } from '../src/redis/redis-reply-codec.js';
 import { packResponse } from '../src/redis/response-packing.js';
 import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
 import { freePort } from '../../../test/support/net/free-port.js';
@@ -170,7 +166,8 @@ describe('RedisIdempotencyStore', () => {
         const segments: { top: string[]; lua: string[] }[] = [];
         for (const entry of seen) {
           if (entry.command === 'echo') segments.push({ top: [], lua: [] });
-          else if (segments.length > 0) segments[segments.length - 1][entry.source === 'lua' ? 'lua' : 'top'].push(entry.command);
+          else if (segments.length > 0)
+            segments[segments.length - 1][entry.source === 'lua' ? 'lua' : 'top'].push(entry.command);
         }
         const [claim, complete, get] = segments;
         expect(claim.top).toEqual(['evalsha']);
@@ -229,44 +226,47 @@ describe('RedisIdempotencyStore', () => {
       ],
     ];
 
-    it.each(cases)('every operation rejects %s with IdempotencyStoreError and leaves it as it is', async (_name, write) => {
-      const id = newId();
-      const key = `${prefix}:{${id}}`;
-      await write(key);
-      const before = await redis.dumpBuffer(key);
-      const operations: [string, () => Promise<unknown>][] = [
-        ['get', () => store.get(id)],
-        ['claim', () => store.claim(id, claimRequest())],
-        ['takeOver', () => store.takeOver(id, newToken(), claimRequest())],
-        ['complete', () => store.complete(id, newToken(), sampleResponse())],
-        ['release', () => store.release(id, newToken())],
-        ['extend', () => store.extend(id, newToken(), 1_000)],
-        ['forceDelete (in-progress)', () => store.forceDelete(id, 'in-progress')],
-        [
-          'restore',
-          () =>
-            store.restore(id, {
-              state: 'in_progress',
-              fingerprint: newFingerprint(),
-              ownerToken: newToken(),
-              fencingToken: 1,
-              createdAtMs: Date.now(),
-              leaseExpiresAtMs: Date.now() + 1_000,
-              expiresAtMs: Date.now() + 60_000,
-            }),
-        ],
-      ];
-      for (const [name, operation] of operations) {
-        const error = await operation().then(
-          () => new Error(`${name} resolved`),
-          (e: unknown) => e,
-        );
-        expect(error).toBeInstanceOf(IdempotencyStoreError);
-        expect((error as Error).message).toContain('unreadable');
-        expect((error as Error).message).toContain(key);
-      }
-      expect(await redis.dumpBuffer(key)).toEqual(before);
-    });
+    it.each(cases)(
+      'every operation rejects %s with IdempotencyStoreError and leaves it as it is',
+      async (_name, write) => {
+        const id = newId();
+        const key = `${prefix}:{${id}}`;
+        await write(key);
+        const before = await redis.dumpBuffer(key);
+        const operations: [string, () => Promise<unknown>][] = [
+          ['get', () => store.get(id)],
+          ['claim', () => store.claim(id, claimRequest())],
+          ['takeOver', () => store.takeOver(id, newToken(), claimRequest())],
+          ['complete', () => store.complete(id, newToken(), sampleResponse())],
+          ['release', () => store.release(id, newToken())],
+          ['extend', () => store.extend(id, newToken(), 1_000)],
+          ['forceDelete (in-progress)', () => store.forceDelete(id, 'in-progress')],
+          [
+            'restore',
+            () =>
+              store.restore(id, {
+                state: 'in_progress',
+                fingerprint: newFingerprint(),
+                ownerToken: newToken(),
+                fencingToken: 1,
+                createdAtMs: Date.now(),
+                leaseExpiresAtMs: Date.now() + 1_000,
+                expiresAtMs: Date.now() + 60_000,
+              }),
+          ],
+        ];
+        for (const [name, operation] of operations) {
+          const error = await operation().then(
+            () => new Error(`${name} resolved`),
+            (e: unknown) => e,
+          );
+          expect(error).toBeInstanceOf(IdempotencyStoreError);
+          expect((error as Error).message).toContain('unreadable');
+          expect((error as Error).message).toContain(key);
+        }
+        expect(await redis.dumpBuffer(key)).toEqual(before);
+      },
+    );
 
     it('listInProgress skips every unreadable value and still lists the readable records; forceDelete any removes one', async () => {
       const ids = cases.map(() => newId());
@@ -291,7 +291,18 @@ describe('RedisIdempotencyStore', () => {
   describe('reply decoders', () => {
     const b = (text: string): Buffer => Buffer.from(text);
     const inProgress = (): unknown[] => [0, 1, 1_000, 2_000, 3_000, 0, b('fp'), b('owner'), b(''), b('')];
-    const completed = (): unknown[] => [1 | 4, 2, 1_000, 2_000, 3_000, 201, b('fp'), b('owner'), b('{"a":"b","c":["d"]}'), b('body')];
+    const completed = (): unknown[] => [
+      1 | 4,
+      2,
+      1_000,
+      2_000,
+      3_000,
+      201,
+      b('fp'),
+      b('owner'),
+      b('{"a":"b","c":["d"]}'),
+      b('body'),
+    ];
     const context = 'claim of idem:{test}';
     const withField = (fields: unknown[], index: number, value: unknown): unknown[] =>
       fields.map((field, i) => (i === index ? value : field));
@@ -310,7 +321,11 @@ describe('RedisIdempotencyStore', () => {
         },
       });
       const existing = decodeClaimReply([0, 5_000, ...completed()], context);
-      expect(existing).toMatchObject({ kind: 'existing', nowMs: 5_000, record: { state: 'completed', fencingToken: 2 } });
+      expect(existing).toMatchObject({
+        kind: 'existing',
+        nowMs: 5_000,
+        record: { state: 'completed', fencingToken: 2 },
+      });
       expect(decodeGetReply(completed(), context)?.response).toEqual({
         statusCode: 201,
         headers: { a: 'b', c: ['d'] },
@@ -321,10 +336,28 @@ describe('RedisIdempotencyStore', () => {
         headers: { a: 'b', c: ['d'] },
         bodyOmitted: true,
       });
-      const packedHeaders = JSON.stringify({ location: '/orders/5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00', etag: 'W/"12c-hRHsEgdu8AZgWfBbyzCrl0WVcdk"' });
-      const order = b(JSON.stringify({ id: '5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00', status: 'confirmed', currency: 'EUR', totalCents: 3998 }));
-      const packed = withField(withField(withField(completed(), 0, 1 | 4 | 8), 8, b('')), 9, packResponse(packedHeaders, order));
-      expect(decodeGetReply(packed, context)?.response).toEqual({ statusCode: 201, headers: JSON.parse(packedHeaders), body: order });
+      const packedHeaders = JSON.stringify({
+        location: '/orders/5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00',
+        etag: 'W/"12c-hRHsEgdu8AZgWfBbyzCrl0WVcdk"',
+      });
+      const order = b(
+        JSON.stringify({
+          id: '5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00',
+          status: 'confirmed',
+          currency: 'EUR',
+          totalCents: 3998,
+        }),
+      );
+      const packed = withField(
+        withField(withField(completed(), 0, 1 | 4 | 8), 8, b('')),
+        9,
+        packResponse(packedHeaders, order),
+      );
+      expect(decodeGetReply(packed, context)?.response).toEqual({
+        statusCode: 201,
+        headers: JSON.parse(packedHeaders),
+        body: order,
+      });
       expect(decodeGetReply(null, context)).toBeUndefined();
       expect(decodeFlagReply(1, context)).toBe(true);
       expect(decodeFlagReply(0, context)).toBe(false);
@@ -344,7 +377,10 @@ describe('RedisIdempotencyStore', () => {
       ['a nil owner token', [1, 5_000, ...withField(inProgress(), 7, null)]],
       ['flags 8', [1, 5_000, ...withField(inProgress(), 0, 8)]],
       ['flags 16', [0, 5_000, ...withField(completed(), 0, 1 | 16)]],
-      ['a packed response that does not unpack', [0, 5_000, ...withField(withField(completed(), 0, 1 | 4 | 8), 8, b(''))]],
+      [
+        'a packed response that does not unpack',
+        [0, 5_000, ...withField(withField(completed(), 0, 1 | 4 | 8), 8, b(''))],
+      ],
       ['headers beside a packed response', [0, 5_000, ...withField(completed(), 0, 1 | 4 | 8)]],
       ['body omitted on an in-progress record', [1, 5_000, ...withField(inProgress(), 0, 2)]],
       ['fencing token 0', [1, 5_000, ...withField(inProgress(), 1, 0)]],
@@ -572,7 +608,9 @@ describe('RedisIdempotencyStore', () => {
       const store = new RedisIdempotencyStore(client, { prefix });
       try {
         const ids = [newId(), newId(), newId()];
-        const owners = await Promise.all(ids.map(async (id) => (await store.claim(id, claimRequest())).record.ownerToken));
+        const owners = await Promise.all(
+          ids.map(async (id) => (await store.claim(id, claimRequest())).record.ownerToken),
+        );
         const waits = [...ids, ids[0], ids[0]].map((id) => store.waitForChange(id, 5_000));
         for (const id of ids) await eventually(() => numsub(`${prefix}:done:{${id}}`), 1);
         expect(duplicate).toHaveBeenCalledTimes(1);
@@ -691,7 +729,12 @@ describe('RedisIdempotencyStore', () => {
         createdAt: '2026-11-22T21:55:00.000Z',
         ref: '',
       });
-      return Buffer.from(json.replace('"ref":""', `"ref":"${'9c4e2a7b1f3d5e8a0b6c4d2e9f7a1b3c5d8e0f2a4b6c8d0e1f3a5b7c9d2e4f6a'.slice(0, 300 - json.length)}"`));
+      return Buffer.from(
+        json.replace(
+          '"ref":""',
+          `"ref":"${'9c4e2a7b1f3d5e8a0b6c4d2e9f7a1b3c5d8e0f2a4b6c8d0e1f3a5b7c9d2e4f6a'.slice(0, 300 - json.length)}"`,
+        ),
+      );
     };
 
     async function measure(headers: StoredResponse['headers']): Promise<number> {

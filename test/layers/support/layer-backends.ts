@@ -8,8 +8,17 @@ import {
   type IdempotencyStore,
 } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { IDEMPOTENCY_TYPEORM_ENTITIES, IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
-import { connectPostgresOrFail, createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../support/servers/postgres.js';
+import {
+  IDEMPOTENCY_TYPEORM_ENTITIES,
+  IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  TypeOrmIdempotencyStore,
+} from 'nestjs-idempotency/typeorm';
+import {
+  connectPostgresOrFail,
+  createThrowawaySchema,
+  dropSchema,
+  TEST_DATABASE_URL,
+} from '../../support/servers/postgres.js';
 import { deleteKeys, openRedis, redisUrl } from '../../support/servers/redis.js';
 
 export type LayerBackendName = 'memory' | 'redis' | 'postgres-transactional';
@@ -73,7 +82,9 @@ async function openLayerDataSource(schema: string): Promise<DataSource> {
     migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
   }).initialize();
   await dataSource.runMigrations();
-  await dataSource.query('CREATE TABLE layer_effects (id serial PRIMARY KEY, tag varchar(64) NOT NULL, run integer NOT NULL)');
+  await dataSource.query(
+    'CREATE TABLE layer_effects (id serial PRIMARY KEY, tag varchar(64) NOT NULL, run integer NOT NULL)',
+  );
   return dataSource;
 }
 

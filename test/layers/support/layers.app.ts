@@ -40,7 +40,10 @@ export interface LayerRequestBody {
 }
 
 type HttpRequest = { headers: Record<string, string | string[] | undefined>; body?: Partial<LayerRequestBody> };
-type HttpResponse = { raw?: ServerResponse; header?: (name: string, value: string) => unknown } & Partial<ServerResponse>;
+type HttpResponse = {
+  raw?: ServerResponse;
+  header?: (name: string, value: string) => unknown;
+} & Partial<ServerResponse>;
 
 const rawOf = (response: HttpResponse): ServerResponse => (response.raw ?? response) as ServerResponse;
 
@@ -140,7 +143,9 @@ class LayerFilters extends BaseExceptionFilter {
 
   override catch(exception: unknown, host: ArgumentsHost): void {
     const request = host.switchToHttp().getRequest<HttpRequest>();
-    const own = this.filters.find(({ layer, catches }) => namesLayer(request, layer) && catches.some((type) => exception instanceof type));
+    const own = this.filters.find(
+      ({ layer, catches }) => namesLayer(request, layer) && catches.some((type) => exception instanceof type),
+    );
     if (own) own.filter.catch(exception, host);
     else super.catch(exception, host);
   }
@@ -183,7 +188,11 @@ export interface LayersApp {
  * The matrix app for one platform and backend, on a real socket: the route, every layer of
  * `layers` registered globally (each switched on by `X-Layer`), and the hold for leaving clients.
  */
-export async function startLayersApp(platform: Platform, backend: LayerBackend, layers: readonly OuterLayer[]): Promise<LayersApp> {
+export async function startLayersApp(
+  platform: Platform,
+  backend: LayerBackend,
+  layers: readonly OuterLayer[],
+): Promise<LayersApp> {
   @Module({
     imports: [
       IdempotencyModule.forRoot({

@@ -13,7 +13,12 @@ export interface LeavableRequest {
  * Sends `POST path` with a JSON body over a connection of its own (no agent: nothing pooled
  * that could outlive a `leave()`), and reads the answer unless the client leaves first.
  */
-export function sendLeavable(baseUrl: string, path: string, body: unknown, headers: Record<string, string>): LeavableRequest {
+export function sendLeavable(
+  baseUrl: string,
+  path: string,
+  body: unknown,
+  headers: Record<string, string>,
+): LeavableRequest {
   const payload = JSON.stringify(body);
   const { hostname, port } = new URL(baseUrl);
   const req = httpRequest({

@@ -45,7 +45,11 @@ export class MapErrorsToBadGatewayInterceptor implements NestInterceptor {
   intercept(_context: ExecutionContext, next: CallHandler): Observable<unknown> {
     return next
       .handle()
-      .pipe(catchError((error) => throwError(() => (error instanceof IdempotencyProblemException ? error : new BadGatewayException()))));
+      .pipe(
+        catchError((error) =>
+          throwError(() => (error instanceof IdempotencyProblemException ? error : new BadGatewayException())),
+        ),
+      );
   }
 }
 
@@ -140,5 +144,9 @@ export const OUTER_LAYERS: readonly OuterLayer[] = [
   },
   { id: 'leaves-before', title: 'client that leaves before the handler starts', client: 'leaves-before-handler' },
   { id: 'leaves-during', title: 'client that leaves while the handler runs', client: 'leaves-during-handler' },
-  { id: 'leaves-after', title: 'client that leaves after the handler settled, before the answer', client: 'leaves-after-handler' },
+  {
+    id: 'leaves-after',
+    title: 'client that leaves after the handler settled, before the answer',
+    client: 'leaves-after-handler',
+  },
 ];

@@ -22,11 +22,17 @@ const IN_PROGRESS = '409 idempotency_request_in_progress';
  * its first run did: its value with the route's status and the Location it set, or its error as
  * Nest renders it; stored and replayed, or released.
  */
-type TrueOutcome = { kind: 'stored'; status: number; bodies: unknown[]; location?: string } | { kind: 'released'; status: number };
+type TrueOutcome =
+  { kind: 'stored'; status: number; bodies: unknown[]; location?: string } | { kind: 'released'; status: number };
 
 function trueOutcomeOf(first: HandlerSettlement, layer: OuterLayer): TrueOutcome {
   if (first.ok) {
-    return { kind: 'stored', status: SUCCESS_STATUS, bodies: [first.value, ...(layer.successBodies?.(first.value) ?? [])], location: first.location };
+    return {
+      kind: 'stored',
+      status: SUCCESS_STATUS,
+      bodies: [first.value, ...(layer.successBodies?.(first.value) ?? [])],
+      location: first.location,
+    };
   }
   const { error } = first;
   const status = error instanceof HttpException ? error.getStatus() : 500;
@@ -121,7 +127,10 @@ async function within<T>(promise: Promise<T>, ms: number): Promise<T | false> {
 }
 
 async function mustWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  const result = await within(promise.then((value) => ({ value })), ms);
+  const result = await within(
+    promise.then((value) => ({ value })),
+    ms,
+  );
   if (result === false) throw new Error(`waited ${ms} ms for ${what}`);
   return result.value;
 }
@@ -131,7 +140,12 @@ async function mustWithin<T>(promise: Promise<T>, ms: number, what: string): Pro
  * behaves as `behaviour`, a retry while it runs (two when the layer answers first), retries
  * after it settled; then reads the record and the business writes.
  */
-export async function runCase(fixture: LayersApp, backend: LayerBackend, layer: OuterLayer, behaviour: HandlerBehaviour): Promise<CaseResult> {
+export async function runCase(
+  fixture: LayersApp,
+  backend: LayerBackend,
+  layer: OuterLayer,
+  behaviour: HandlerBehaviour,
+): Promise<CaseResult> {
   const tag = randomUUID();
   const trace = fixture.probe.trace(tag);
   const leavers: LeavableRequest[] = [];
@@ -175,7 +189,8 @@ async function playCase(
     return answer;
   };
 
-  const leaves = layer.client === 'leaves-before-handler' ? 'before' : layer.client === 'leaves-after-handler' ? 'after' : undefined;
+  const leaves =
+    layer.client === 'leaves-before-handler' ? 'before' : layer.client === 'leaves-after-handler' ? 'after' : undefined;
   const first = sendLeavable(fixture.url, ROUTE, body, {
     ...layerHeaders,
     'Idempotency-Key': key,
@@ -236,7 +251,9 @@ async function playCase(
     whileRunning: observed.whileRunning.map(() => IN_PROGRESS),
     concurrentRuns: 1,
     runsWhenSettled: 1,
-    retriesAfter: stored ? [replayOf(outcome), replayOf(outcome)] : ['fresh run', ...(last.kind === 'stored' ? [replayOf(last)] : [])],
+    retriesAfter: stored
+      ? [replayOf(outcome), replayOf(outcome)]
+      : ['fresh run', ...(last.kind === 'stored' ? [replayOf(last)] : [])],
     runsAtEnd: stored ? 1 : 2,
     record: last.kind === 'stored' ? `completed ${last.status}` : 'not completed',
     // Each run that succeeded wrote once, and only a success completes with its writes.

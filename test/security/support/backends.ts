@@ -83,7 +83,10 @@ function postgresBackend(dataSource: DataSource): Backend {
     storedResponse: async (id) => (await durableStore.get(id))?.response,
     tamper: async (id) => {
       const [row] = await dataSource.query('SELECT response_body FROM idempotency_records WHERE key = $1', [id]);
-      await dataSource.query('UPDATE idempotency_records SET response_body = $2 WHERE key = $1', [id, flipLastByte(row.response_body)]);
+      await dataSource.query('UPDATE idempotency_records SET response_body = $2 WHERE key = $1', [
+        id,
+        flipLastByte(row.response_body),
+      ]);
     },
   };
 }
@@ -92,7 +95,10 @@ function postgresBackend(dataSource: DataSource): Backend {
  * Opens a backend on real servers (Redis under a prefix of its own, PostgreSQL in a throwaway
  * schema); `close` removes what it created.
  */
-export async function openBackend(name: BackendName, label: string): Promise<{ backend: Backend; close(): Promise<void> }> {
+export async function openBackend(
+  name: BackendName,
+  label: string,
+): Promise<{ backend: Backend; close(): Promise<void> }> {
   if (name === 'memory') return { backend: memoryBackend(), close: async () => undefined };
   if (name === 'redis') {
     const client = await openRedis();

@@ -30,7 +30,9 @@ export function rowsAsStoredBytes(rows: Array<Record<string, unknown>>): StoredB
   return rows.map((row) => ({
     name: String(row.key),
     bytes: Buffer.concat(
-      Object.values(row).map((value) => (Buffer.isBuffer(value) ? value : Buffer.from(value === null ? '' : String(value), 'utf8'))),
+      Object.values(row).map((value) =>
+        Buffer.isBuffer(value) ? value : Buffer.from(value === null ? '' : String(value), 'utf8'),
+      ),
     ),
   }));
 }
@@ -49,5 +51,7 @@ export function recordBytes(name: string, record: IdempotencyRecord): StoredByte
 
 /** The names and values among `stored` that contain `needle` (as UTF-8), for a readable failure. */
 export function holding(stored: StoredBytes[], needle: string): string[] {
-  return stored.filter(({ name, bytes }) => name.includes(needle) || bytes.includes(Buffer.from(needle, 'utf8'))).map(({ name }) => name);
+  return stored
+    .filter(({ name, bytes }) => name.includes(needle) || bytes.includes(Buffer.from(needle, 'utf8')))
+    .map(({ name }) => name);
 }

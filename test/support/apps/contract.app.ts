@@ -219,7 +219,9 @@ class ChargesController {
   /** Writes its own response (no passthrough) and waits until it has gone out. */
   @Post('own-response')
   @Idempotent()
-  async ownResponse(@Res() res: { raw?: ServerResponse } & ServerResponse & { code?: (n: number) => { send(b: unknown): void } }) {
+  async ownResponse(
+    @Res() res: { raw?: ServerResponse } & ServerResponse & { code?: (n: number) => { send(b: unknown): void } },
+  ) {
     const seq = this.probe.next();
     const raw = res.raw ?? res;
     const finished = once(raw, 'finish');

@@ -6,7 +6,9 @@ import type { HttpResult } from './send.js';
  * or a replay byte-identical to the fresh one. Returns the fresh answer.
  */
 export function expectOneFreshTheRestBusyOrReplayed(results: HttpResult[]): HttpResult {
-  const fresh = results.filter((r) => r.status >= 200 && r.status < 300 && r.headers.get('idempotent-replayed') === null);
+  const fresh = results.filter(
+    (r) => r.status >= 200 && r.status < 300 && r.headers.get('idempotent-replayed') === null,
+  );
   // Statuses in the failure message: "0 fresh" alone does not say whether they were 409s or 503s.
   expect({ fresh: fresh.length, statuses: results.map((r) => r.status) }).toMatchObject({ fresh: 1 });
   for (const r of results) {

@@ -14,7 +14,8 @@ const TAIL_CHARS = 120;
 function redisScriptCall(lua: string): ChunkPattern {
   const sha = createHash('sha1').update(lua).digest('hex');
   const tail = lua.slice(-TAIL_CHARS);
-  if (SCRIPTS.some((other) => other !== lua && other.endsWith(tail))) throw new Error('two store scripts end alike: lengthen TAIL_CHARS');
+  if (SCRIPTS.some((other) => other !== lua && other.endsWith(tail)))
+    throw new Error('two store scripts end alike: lengthen TAIL_CHARS');
   return (chunk) => chunk.includes(sha) || chunk.includes(tail);
 }
 

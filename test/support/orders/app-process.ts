@@ -116,7 +116,10 @@ export async function startOrdersProcess(options: StartOptions = {}): Promise<Or
   let output = '';
   const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
   const port = await new Promise<number>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`no "listening on" within ${options.timeoutMs ?? 30_000} ms:\n${output}`)), options.timeoutMs ?? 30_000);
+    const timer = setTimeout(
+      () => fail(new Error(`no "listening on" within ${options.timeoutMs ?? 30_000} ms:\n${output}`)),
+      options.timeoutMs ?? 30_000,
+    );
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
       const match = /listening on http:\/\/[^\s:]+:(\d+)/.exec(output);
@@ -155,7 +158,10 @@ export async function startOrdersWorkerProcess(options: StartOptions = {}): Prom
   const exited = new Promise<number | null>((done) => child.once('exit', (code) => done(code)));
   await new Promise<void>((done, fail) => {
     const timeoutMs = options.timeoutMs ?? 30_000;
-    const timer = setTimeout(() => fail(new Error(`no "Orders worker ready" within ${timeoutMs} ms:\n${output}`)), timeoutMs);
+    const timer = setTimeout(
+      () => fail(new Error(`no "Orders worker ready" within ${timeoutMs} ms:\n${output}`)),
+      timeoutMs,
+    );
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
       if (output.includes('Orders worker ready')) {
@@ -178,7 +184,10 @@ export async function startOrdersWorkerProcess(options: StartOptions = {}): Prom
 }
 
 /** Runs the built service until it exits by itself (bad configuration); resolves with code and output. */
-export async function runOrdersProcessToExit(env: Record<string, string>, cwd?: string): Promise<{ code: number | null; output: string }> {
+export async function runOrdersProcessToExit(
+  env: Record<string, string>,
+  cwd?: string,
+): Promise<{ code: number | null; output: string }> {
   const child = spawnOrders(env, cwd);
   let output = '';
   child.stdout!.on('data', (c: Buffer) => (output += c.toString()));

@@ -22,7 +22,12 @@ export const backends: [string, () => Promise<Backend>][] = [
       const schema = throwawaySchemaName('orders_e2e');
       return {
         // The queue under a prefix of its own: suites share this Redis, not their schemas.
-        env: { DATABASE_URL: TEST_DATABASE_URL, DATABASE_SCHEMA: schema, REDIS_URL: TEST_REDIS_URL, QUEUE_PREFIX: `bull-${schema}` },
+        env: {
+          DATABASE_URL: TEST_DATABASE_URL,
+          DATABASE_SCHEMA: schema,
+          REDIS_URL: TEST_REDIS_URL,
+          QUEUE_PREFIX: `bull-${schema}`,
+        },
         usesRedis: true,
         tearDown: () => dropSchema(schema),
       };
@@ -36,4 +41,3 @@ export const backends: [string, () => Promise<Backend>][] = [
     },
   ],
 ];
-

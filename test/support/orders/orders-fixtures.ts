@@ -4,7 +4,17 @@ import { randomUUID } from 'node:crypto';
 
 export const PROBLEM_BASE = 'https://api.example.com/problems/';
 export const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
-export const ORDER_KEYS = ['id', 'tenantId', 'customerId', 'currency', 'items', 'totalCents', 'status', 'paymentId', 'createdAt'];
+export const ORDER_KEYS = [
+  'id',
+  'tenantId',
+  'customerId',
+  'currency',
+  'items',
+  'totalCents',
+  'status',
+  'paymentId',
+  'createdAt',
+];
 export const PAYMENT_KEYS = ['id', 'orderId', 'amountCents', 'currency', 'providerKey', 'status', 'createdAt'];
 
 export interface OrderBody {

@@ -74,7 +74,10 @@ export async function queryTestDatabase<T extends object = Record<string, unknow
 }
 
 /** Creates an empty throwaway database next to `test` and returns its URL and name. */
-export async function createThrowawayDatabase(prefix = 'e2e', url: string = TEST_DATABASE_URL): Promise<{ name: string; url: string }> {
+export async function createThrowawayDatabase(
+  prefix = 'e2e',
+  url: string = TEST_DATABASE_URL,
+): Promise<{ name: string; url: string }> {
   const name = throwawaySchemaName(prefix);
   const client = await connectPostgresOrFail(url);
   try {
@@ -104,7 +107,12 @@ export async function dropDatabase(name: string, url: string = TEST_DATABASE_URL
  * matched schema-qualified, as TypeORM writes it: other suites on the shared database lock
  * tables of the same name in schemas of their own.
  */
-export async function waitForLockWaiters(client: pg.Client, schema: string, table: string, timeoutMs = 10_000): Promise<number> {
+export async function waitForLockWaiters(
+  client: pg.Client,
+  schema: string,
+  table: string,
+  timeoutMs = 10_000,
+): Promise<number> {
   const deadline = Date.now() + timeoutMs;
   let waiting = 0;
   while (waiting === 0 && Date.now() < deadline) {

@@ -42,8 +42,12 @@ export async function publishConfirmed(
   content: Buffer | string | object,
   options: Parameters<Channel['sendToQueue']>[2] = {},
 ): Promise<void> {
-  const body = Buffer.isBuffer(content) ? content : Buffer.from(typeof content === 'string' ? content : JSON.stringify(content));
-  await new Promise<void>((resolve, reject) => channel.sendToQueue(queue, body, options, (error: unknown) => (error ? reject(error) : resolve())));
+  const body = Buffer.isBuffer(content)
+    ? content
+    : Buffer.from(typeof content === 'string' ? content : JSON.stringify(content));
+  await new Promise<void>((resolve, reject) =>
+    channel.sendToQueue(queue, body, options, (error: unknown) => (error ? reject(error) : resolve())),
+  );
 }
 
 /** How many messages are ready in `queue` (not those delivered and unacknowledged). */
@@ -70,7 +74,11 @@ export async function deleteQueues(connection: ChannelModel, queues: readonly st
 }
 
 /** Polls `check` every 25 ms until it holds; fails with `what` after `timeoutMs`. */
-export async function waitFor(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 10_000): Promise<void> {
+export async function waitFor(
+  check: () => boolean | Promise<boolean>,
+  what: string,
+  timeoutMs = 10_000,
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting until ${what}`);

@@ -22,7 +22,9 @@ export interface ClusterNodeView {
 
 /** The cluster as the node on `port` sees it (`CLUSTER NODES`). */
 export async function clusterView(port: number): Promise<ClusterNodeView[]> {
-  const lines = String(await askNode(port, 'CLUSTER', 'NODES')).trim().split('\n');
+  const lines = String(await askNode(port, 'CLUSTER', 'NODES'))
+    .trim()
+    .split('\n');
   return lines.map((line) => {
     const [id, address, flags, master, , , , , ...ranges] = line.split(' ');
     const flagList = flags.split(',');
@@ -106,7 +108,11 @@ export async function beginSlotMigration(
       await askNode(fromPort, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
       const masters = (await clusterView(toPort)).filter((node) => node.role === 'master' && ports.includes(node.port));
       for (const master of masters) await askNode(master.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', toId);
-      await everyNodeAgrees(ports, async (port) => (await masterOfSlot(port, slot)) === toPort, `slot ${slot} is on ${toPort}`);
+      await everyNodeAgrees(
+        ports,
+        async (port) => (await masterOfSlot(port, slot)) === toPort,
+        `slot ${slot} is on ${toPort}`,
+      );
     },
   };
 }
@@ -115,7 +121,9 @@ export async function beginSlotMigration(
 export async function replicaOf(masterPort: number): Promise<number> {
   const view = await clusterView(masterPort);
   const master = view.find((node) => node.port === masterPort);
-  const replica = view.find((node) => node.role === 'replica' && node.masterId === master?.id && node.trouble.length === 0);
+  const replica = view.find(
+    (node) => node.role === 'replica' && node.masterId === master?.id && node.trouble.length === 0,
+  );
   if (!replica) throw new Error(`127.0.0.1:${masterPort} has no healthy replica`);
   return replica.port;
 }

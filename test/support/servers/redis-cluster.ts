@@ -44,7 +44,10 @@ export interface RedisClusterOptions {
  * and waits until every node reports `cluster_state:ok` and knows every other node, and every
  * replica's link to its master is up.
  */
-export async function startRedisCluster(masters = 3, options: RedisClusterOptions = {}): Promise<ThrowawayRedisCluster> {
+export async function startRedisCluster(
+  masters = 3,
+  options: RedisClusterOptions = {},
+): Promise<ThrowawayRedisCluster> {
   const replicas = options.replicasPerMaster ?? 0;
   const timeoutMs = options.timeoutMs ?? 30_000;
   const dir = await mkdtemp(join(tmpdir(), 'idem-cluster-'));
@@ -55,7 +58,14 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
   };
   try {
     const launchNode = async (port: number): Promise<void> => {
-      const args = ['--cluster-enabled', 'yes', '--cluster-config-file', `nodes-${port}.conf`, '--cluster-node-timeout', '2000'];
+      const args = [
+        '--cluster-enabled',
+        'yes',
+        '--cluster-config-file',
+        `nodes-${port}.conf`,
+        '--cluster-node-timeout',
+        '2000',
+      ];
       servers.set(port, await startRedisServer({ port, args, dir }));
     };
     const restart = async (port: number): Promise<void> => {
@@ -75,7 +85,9 @@ export async function startRedisCluster(masters = 3, options: RedisClusterOption
       await waitUntil(
         async () => {
           const info = String(await askNode(port, 'CLUSTER', 'INFO'));
-          const known = String(await askNode(port, 'CLUSTER', 'NODES')).trim().split('\n');
+          const known = String(await askNode(port, 'CLUSTER', 'NODES'))
+            .trim()
+            .split('\n');
           const settled = known.length === ports.length && known.every((line) => !/handshake|noaddr|fail/.test(line));
           const replication = String(await askNode(port, 'INFO', 'replication'));
           const linked = !replication.includes('role:slave') || replication.includes('master_link_status:up');

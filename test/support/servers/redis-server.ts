@@ -49,7 +49,19 @@ async function launch(
     'redis-server',
     [
       ...(configFile ? [configFile] : []),
-      ...['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', dir, ...extraArgs],
+      ...[
+        '--port',
+        String(port),
+        '--bind',
+        '127.0.0.1',
+        '--save',
+        '',
+        '--appendonly',
+        'no',
+        '--dir',
+        dir,
+        ...extraArgs,
+      ],
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );

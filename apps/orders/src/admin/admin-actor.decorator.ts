@@ -10,7 +10,9 @@ const ACTOR = /^[\x21-\x7e](?:[\x20-\x7e]{0,198}[\x21-\x7e])?$/;
  * it. Required: a repair nobody owns is not audited.
  */
 export const AdminActor = createParamDecorator((_data: unknown, context: ExecutionContext): string => {
-  const headers = context.switchToHttp().getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers;
+  const headers = context
+    .switchToHttp()
+    .getRequest<{ headers: Record<string, string | string[] | undefined> }>().headers;
   const actor = headers[ADMIN_ACTOR_HEADER];
   if (typeof actor !== 'string' || !ACTOR.test(actor)) {
     throw validationProblem(

@@ -11,7 +11,12 @@ import { SkipTenant } from '../common/tenant/skip-tenant.decorator.js';
 import { TENANT_HEADER } from '../common/tenant/tenant-id.js';
 import { AdminActor } from './admin-actor.decorator.js';
 import { AdminTokenGuard } from './admin-token.guard.js';
-import { DEFAULT_OLDER_THAN_MS, InProgressQueryDto, RecordLookupQueryDto, ReleaseRecordDto } from './dto/admin-idempotency.dto.js';
+import {
+  DEFAULT_OLDER_THAN_MS,
+  InProgressQueryDto,
+  RecordLookupQueryDto,
+  ReleaseRecordDto,
+} from './dto/admin-idempotency.dto.js';
 import { recordRefOf } from './record-ref.js';
 
 /**

@@ -8,7 +8,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 export function isAdminBearer(authorization: string | string[] | undefined, expected: string): boolean {
   if (typeof authorization !== 'string') return false;
   const match = /^Bearer +(\S+) *$/i.exec(authorization);
-  const sent = createHash('sha256').update(match?.[1] ?? '').digest();
+  const sent = createHash('sha256')
+    .update(match?.[1] ?? '')
+    .digest();
   const wanted = createHash('sha256').update(expected).digest();
   return timingSafeEqual(sent, wanted) && match !== null;
 }

@@ -9,7 +9,11 @@ import type { RecordRefDto } from './dto/admin-idempotency.dto.js';
  * `keyId` alone, or `operation` + `key` scoped to the tenant of `X-Tenant-ID` (the sample's
  * routes are scoped by tenant and operation). Bad input is a problem, never a guess.
  */
-export function recordRefOf(dto: RecordRefDto, tenantHeader: string | string[] | undefined, admin: IdempotencyAdmin): IdempotencyRecordRef {
+export function recordRefOf(
+  dto: RecordRefDto,
+  tenantHeader: string | string[] | undefined,
+  admin: IdempotencyAdmin,
+): IdempotencyRecordRef {
   if (dto.keyId !== undefined) {
     if (dto.operation !== undefined || dto.key !== undefined) {
       throw validationProblem(

@@ -43,17 +43,28 @@ describe('parseOrdersConfig', () => {
   it('reads IDEMPOTENCY_ENCRYPTION_KEYS (first key active) and refuses bad entries without quoting key material', () => {
     const k1 = Buffer.alloc(32, 1);
     const k2 = Buffer.alloc(32, 2);
-    const config = parseOrdersConfig({ IDEMPOTENCY_ENCRYPTION_KEYS: `2026-11:${k1.toString('base64')}, 2026-10:${k2.toString('base64')}` }, '/srv/app');
-    expect(config.idempotencyEncryption).toEqual({ keys: [{ id: '2026-11', key: k1 }, { id: '2026-10', key: k2 }], activeKeyId: '2026-11' });
+    const config = parseOrdersConfig(
+      { IDEMPOTENCY_ENCRYPTION_KEYS: `2026-11:${k1.toString('base64')}, 2026-10:${k2.toString('base64')}` },
+      '/srv/app',
+    );
+    expect(config.idempotencyEncryption).toEqual({
+      keys: [
+        { id: '2026-11', key: k1 },
+        { id: '2026-10', key: k2 },
+      ],
+      activeKeyId: '2026-11',
+    });
     const short = Buffer.alloc(16, 3).toString('base64');
-    const problems = problemsOf({ IDEMPOTENCY_ENCRYPTION_KEYS: `a:${short},b c:${k1.toString('base64')},a:${k2.toString('base64')},d:${k1.toString('base64')}` });
+    const problems = problemsOf({
+      IDEMPOTENCY_ENCRYPTION_KEYS: `a:${short},b c:${k1.toString('base64')},a:${k2.toString('base64')},d:${k1.toString('base64')}`,
+    });
     expect(problems).toEqual([
       'IDEMPOTENCY_ENCRYPTION_KEYS key "a" must be 32 bytes in base64 (e.g. openssl rand -base64 32)',
       'IDEMPOTENCY_ENCRYPTION_KEYS entry 2 must be <id>:<base64 key> with an id of 1 to 64 letters, digits or . _ -',
     ]);
-    expect(problemsOf({ IDEMPOTENCY_ENCRYPTION_KEYS: `a:${k1.toString('base64')},a:${k2.toString('base64')}` })).toEqual([
-      'IDEMPOTENCY_ENCRYPTION_KEYS lists the key id "a" twice',
-    ]);
+    expect(
+      problemsOf({ IDEMPOTENCY_ENCRYPTION_KEYS: `a:${k1.toString('base64')},a:${k2.toString('base64')}` }),
+    ).toEqual(['IDEMPOTENCY_ENCRYPTION_KEYS lists the key id "a" twice']);
     expect(problems.join(' ')).not.toContain(short);
   });
 
@@ -67,12 +78,20 @@ describe('parseOrdersConfig', () => {
 
   it('reads the queue settings and refuses bad ones', () => {
     const config = parseOrdersConfig(
-      { QUEUE_WORKER: 'false', QUEUE_PREFIX: 'orders:test', QUEUE_LOCK_MS: '1000', QUEUE_STALLED_INTERVAL_MS: '500', OUTBOX_POLL_MS: '250' },
+      {
+        QUEUE_WORKER: 'false',
+        QUEUE_PREFIX: 'orders:test',
+        QUEUE_LOCK_MS: '1000',
+        QUEUE_STALLED_INTERVAL_MS: '500',
+        OUTBOX_POLL_MS: '250',
+      },
       '/srv/app',
     );
     expect(config.queue).toEqual({ worker: false, prefix: 'orders:test', lockMs: 1000, stalledIntervalMs: 500 });
     expect(config.outboxPollMs).toBe(250);
-    expect(problemsOf({ QUEUE_WORKER: 'maybe', QUEUE_PREFIX: 'a b', QUEUE_LOCK_MS: '5', OUTBOX_POLL_MS: 'soon' })).toEqual([
+    expect(
+      problemsOf({ QUEUE_WORKER: 'maybe', QUEUE_PREFIX: 'a b', QUEUE_LOCK_MS: '5', OUTBOX_POLL_MS: 'soon' }),
+    ).toEqual([
       'QUEUE_WORKER must be true or false (got "maybe")',
       'QUEUE_PREFIX must be 1 to 64 letters, digits or _ . : - (got "a b")',
       'QUEUE_LOCK_MS must be an integer from 200 to 600000 (got "5")',
@@ -82,7 +101,12 @@ describe('parseOrdersConfig', () => {
 
   it('reads the outbox retention and RabbitMQ, and refuses bad values', () => {
     const config = parseOrdersConfig(
-      { OUTBOX_RETENTION_MS: '3600000', OUTBOX_CLEANUP_INTERVAL_MS: '5000', RABBITMQ_URL: 'amqp://guest:secret@mq:5672', RABBITMQ_QUEUE: 'orders.events' },
+      {
+        OUTBOX_RETENTION_MS: '3600000',
+        OUTBOX_CLEANUP_INTERVAL_MS: '5000',
+        RABBITMQ_URL: 'amqp://guest:secret@mq:5672',
+        RABBITMQ_QUEUE: 'orders.events',
+      },
       '/srv/app',
     );
     expect(config).toMatchObject({
@@ -90,8 +114,15 @@ describe('parseOrdersConfig', () => {
       outboxCleanupIntervalMs: 5_000,
       rabbitmq: { url: 'amqp://guest:secret@mq:5672', queue: 'orders.events' },
     });
-    expect(parseOrdersConfig({ RABBITMQ_URL: 'amqps://mq' }, '/srv/app').rabbitmq).toEqual({ url: 'amqps://mq', queue: 'order-events' });
-    const problems = problemsOf({ OUTBOX_RETENTION_MS: '-1', RABBITMQ_URL: 'http://user:hunter2@mq', RABBITMQ_QUEUE: 'a queue' });
+    expect(parseOrdersConfig({ RABBITMQ_URL: 'amqps://mq' }, '/srv/app').rabbitmq).toEqual({
+      url: 'amqps://mq',
+      queue: 'order-events',
+    });
+    const problems = problemsOf({
+      OUTBOX_RETENTION_MS: '-1',
+      RABBITMQ_URL: 'http://user:hunter2@mq',
+      RABBITMQ_QUEUE: 'a queue',
+    });
     expect(problems).toEqual([
       'OUTBOX_RETENTION_MS must be an integer from 0 to 999999999 (got "-1")',
       'RABBITMQ_URL must be an amqp:// or amqps:// URL (got "http://user:***@mq/")',
@@ -123,7 +154,11 @@ describe('parseOrdersConfig', () => {
       LOG_LEVEL: 'DEBUG',
     });
     expect(config.port).toBe(8080);
-    expect(config.database).toEqual({ kind: 'postgres', url: 'postgres://app:secret@db:5432/orders', schema: 'tenant_a' });
+    expect(config.database).toEqual({
+      kind: 'postgres',
+      url: 'postgres://app:secret@db:5432/orders',
+      schema: 'tenant_a',
+    });
     expect(config.fastStore).toEqual({ kind: 'redis', url: 'redis://cache:6379' });
     expect(config.webhookSecret).toBe('a-secret-of-enough-length');
     expect(config.logLevel).toBe('debug');
@@ -156,7 +191,9 @@ describe('parseOrdersConfig', () => {
 
   it('refuses a DATABASE_URL that is not PostgreSQL, without echoing its password', () => {
     const problems = problemsOf({ DATABASE_URL: 'mysql://root:hunter2@db/orders' });
-    expect(problems).toEqual(['DATABASE_URL must be a postgres:// or postgresql:// URL (got "mysql://root:***@db/orders")']);
+    expect(problems).toEqual([
+      'DATABASE_URL must be a postgres:// or postgresql:// URL (got "mysql://root:***@db/orders")',
+    ]);
     expect(problemsOf({ DATABASE_URL: 'not a url' })).toEqual([
       'DATABASE_URL must be a postgres:// or postgresql:// URL (got a value that is not a URL)',
     ]);

@@ -192,10 +192,31 @@ export function parseOrdersConfig(env: NodeJS.ProcessEnv, cwd: string = process.
     worker: queueWorkerRaw !== 'false',
     prefix: queuePrefix,
     lockMs: parseMs(value('QUEUE_LOCK_MS'), 'QUEUE_LOCK_MS', DEFAULT_QUEUE_LOCK_MS, 200, 600_000, problems),
-    stalledIntervalMs: parseMs(value('QUEUE_STALLED_INTERVAL_MS'), 'QUEUE_STALLED_INTERVAL_MS', DEFAULT_QUEUE_STALLED_INTERVAL_MS, 100, 600_000, problems),
+    stalledIntervalMs: parseMs(
+      value('QUEUE_STALLED_INTERVAL_MS'),
+      'QUEUE_STALLED_INTERVAL_MS',
+      DEFAULT_QUEUE_STALLED_INTERVAL_MS,
+      100,
+      600_000,
+      problems,
+    ),
   };
-  const outboxPollMs = parseMs(value('OUTBOX_POLL_MS'), 'OUTBOX_POLL_MS', DEFAULT_OUTBOX_POLL_MS, 100, 600_000, problems);
-  const outboxRetentionMs = parseMs(value('OUTBOX_RETENTION_MS'), 'OUTBOX_RETENTION_MS', DEFAULT_OUTBOX_RETENTION_MS, 0, 999_999_999, problems);
+  const outboxPollMs = parseMs(
+    value('OUTBOX_POLL_MS'),
+    'OUTBOX_POLL_MS',
+    DEFAULT_OUTBOX_POLL_MS,
+    100,
+    600_000,
+    problems,
+  );
+  const outboxRetentionMs = parseMs(
+    value('OUTBOX_RETENTION_MS'),
+    'OUTBOX_RETENTION_MS',
+    DEFAULT_OUTBOX_RETENTION_MS,
+    0,
+    999_999_999,
+    problems,
+  );
   const outboxCleanupIntervalMs = parseMs(
     value('OUTBOX_CLEANUP_INTERVAL_MS'),
     'OUTBOX_CLEANUP_INTERVAL_MS',
@@ -252,7 +273,8 @@ export function describeBackends(config: OrdersConfig): string {
     config.database.kind === 'postgres'
       ? `PostgreSQL ${redactUrl(config.database.url)} (schema "${config.database.schema}")`
       : `embedded sql.js file ${config.database.file}`;
-  const store = config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
+  const store =
+    config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
   const events = config.rabbitmq
     ? `; events = RabbitMQ ${redactUrl(config.rabbitmq.url)} (queue "${config.rabbitmq.queue}")`
     : '';
@@ -285,7 +307,14 @@ function parsePort(raw: string | undefined, problems: string[]): number {
   return port;
 }
 
-function parseMs(raw: string | undefined, name: string, fallback: number, min: number, max: number, problems: string[]): number {
+function parseMs(
+  raw: string | undefined,
+  name: string,
+  fallback: number,
+  min: number,
+  max: number,
+  problems: string[],
+): number {
   if (raw === undefined) {
     return fallback;
   }

@@ -38,4 +38,3 @@ import { TransactionRunner } from './transaction-runner.js';
   exports: [TransactionRunner, Clock],
 })
 export class DatabaseModule {}
-

@@ -40,18 +40,27 @@ export class OrderEventsQueue implements OnApplicationBootstrap, OnModuleDestroy
     const { url } = this.config.fastStore;
     const { prefix, worker, lockMs, stalledIntervalMs } = this.config.queue;
     // The producer fails fast while Redis is down: the event stays in the outbox for the next scan.
-    this.queue = new Queue(ORDER_EVENTS_QUEUE, { connection: this.connect(url, { enableOfflineQueue: false }), prefix });
+    this.queue = new Queue(ORDER_EVENTS_QUEUE, {
+      connection: this.connect(url, { enableOfflineQueue: false }),
+      prefix,
+    });
     this.queue.on('error', (error) => this.logger.warn(`queue: ${error.message}`));
     if (worker) {
-      this.worker = new Worker<OrderCreatedEvent>(ORDER_EVENTS_QUEUE, (job, token, signal) => this.track(this.processor.process(job, token, signal)), {
-        connection: this.connect(url),
-        prefix,
-        concurrency: 4,
-        lockDuration: lockMs,
-        stalledInterval: stalledIntervalMs,
-      });
+      this.worker = new Worker<OrderCreatedEvent>(
+        ORDER_EVENTS_QUEUE,
+        (job, token, signal) => this.track(this.processor.process(job, token, signal)),
+        {
+          connection: this.connect(url),
+          prefix,
+          concurrency: 4,
+          lockDuration: lockMs,
+          stalledInterval: stalledIntervalMs,
+        },
+      );
       this.worker.on('error', (error) => this.logger.warn(`worker: ${error.message}`));
-      this.worker.on('failed', (job, error) => this.logger.warn(`job ${job?.name} ${job?.id} failed: ${error.message}`));
+      this.worker.on('failed', (job, error) =>
+        this.logger.warn(`job ${job?.name} ${job?.id} failed: ${error.message}`),
+      );
       this.logger.log(`Consuming queue "${ORDER_EVENTS_QUEUE}" on ${redactUrl(url)}`);
     }
   }

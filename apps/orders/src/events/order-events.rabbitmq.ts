@@ -1,5 +1,11 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
-import { ClientProxyFactory, RmqRecordBuilder, Transport, type ClientProxy, type RmqOptions } from '@nestjs/microservices';
+import {
+  ClientProxyFactory,
+  RmqRecordBuilder,
+  Transport,
+  type ClientProxy,
+  type RmqOptions,
+} from '@nestjs/microservices';
 import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
 import { amqpQueueArguments, assertAmqpRedeliveryTopology, RmqMessageDeserializer } from 'nestjs-idempotency/amqp';
 import { connect } from 'amqplib';
@@ -77,7 +83,9 @@ export class OrderEventsRabbitPublisher implements OnApplicationBootstrap, OnMod
   async onApplicationBootstrap(): Promise<void> {
     if (!this.config.rabbitmq) return;
     await declareTopology(this.config.rabbitmq).catch((error: unknown) =>
-      this.logger.warn(`could not declare the RabbitMQ queues of "${this.config.rabbitmq?.queue}": ${(error as Error).message}`),
+      this.logger.warn(
+        `could not declare the RabbitMQ queues of "${this.config.rabbitmq?.queue}": ${(error as Error).message}`,
+      ),
     );
   }
 
@@ -88,9 +96,15 @@ export class OrderEventsRabbitPublisher implements OnApplicationBootstrap, OnMod
     }
     this.client ??= this.connect(rabbitmq);
     const record = new RmqRecordBuilder(event)
-      .setOptions({ persistent: true, messageId: event.eventId, headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: messageKey ?? event.eventId } })
+      .setOptions({
+        persistent: true,
+        messageId: event.eventId,
+        headers: { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: messageKey ?? event.eventId },
+      })
       .build();
-    await firstValueFrom(this.client.emit(ORDER_CREATED_JOB, record).pipe(timeout(PUBLISH_TIMEOUT_MS)), { defaultValue: undefined });
+    await firstValueFrom(this.client.emit(ORDER_CREATED_JOB, record).pipe(timeout(PUBLISH_TIMEOUT_MS)), {
+      defaultValue: undefined,
+    });
   }
 
   async onModuleDestroy(): Promise<void> {

@@ -53,7 +53,10 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
     this.kick();
     this.timer = setInterval(() => this.kick(), this.config.outboxPollMs);
     this.timer.unref();
-    this.cleanupTimer = setInterval(() => void this.cleanUp().catch(() => undefined), this.config.outboxCleanupIntervalMs);
+    this.cleanupTimer = setInterval(
+      () => void this.cleanUp().catch(() => undefined),
+      this.config.outboxCleanupIntervalMs,
+    );
     this.cleanupTimer.unref();
   }
 
@@ -79,13 +82,15 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
       return;
     }
     // Kicked from a request: the round is background work, not part of that request's trace.
-    this.running = context.with(ROOT_CONTEXT, () => this.drain()).finally(() => {
-      this.running = undefined;
-      if (this.again) {
-        this.again = false;
-        this.kick();
-      }
-    });
+    this.running = context
+      .with(ROOT_CONTEXT, () => this.drain())
+      .finally(() => {
+        this.running = undefined;
+        if (this.again) {
+          this.again = false;
+          this.kick();
+        }
+      });
   }
 
   /** Resolves once no round is running (rounds kicked meanwhile included). */
@@ -126,7 +131,10 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
    */
   private dispatchLockedBatch(): Promise<boolean> {
     return this.db.transaction(async (manager) => {
-      const pending = await this.pendingQuery(manager).setLock('pessimistic_write').setOnLocked('skip_locked').getMany();
+      const pending = await this.pendingQuery(manager)
+        .setLock('pessimistic_write')
+        .setOnLocked('skip_locked')
+        .getMany();
       const dispatched: string[] = [];
       let failed = false;
       for (const event of pending) {
@@ -182,7 +190,9 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
       return true;
     } catch (error) {
       const unrecoverable = (error as Error).name === 'UnrecoverableError';
-      this.logger.warn(`${event.type} ${event.id} not dispatched: ${(error as Error).message}${unrecoverable ? ' (given up)' : '; retried later'}`);
+      this.logger.warn(
+        `${event.type} ${event.id} not dispatched: ${(error as Error).message}${unrecoverable ? ' (given up)' : '; retried later'}`,
+      );
       return unrecoverable;
     }
   }
@@ -207,7 +217,10 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
       });
       deleted += count;
       if (count < CLEANUP_BATCH || this.stopped) {
-        if (deleted > 0) this.logger.log(`deleted ${deleted} dispatched outbox event(s) older than ${this.config.outboxRetentionMs} ms`);
+        if (deleted > 0)
+          this.logger.log(
+            `deleted ${deleted} dispatched outbox event(s) older than ${this.config.outboxRetentionMs} ms`,
+          );
         return deleted;
       }
     }

@@ -8,7 +8,11 @@ describe('statusOnly', () => {
         redis: { status: 'down', message: 'timeout of 1000ms exceeded' },
         idempotency: {
           status: 'down',
-          fast: { status: 'down', latencyMs: 1000.4, error: 'Redis idempotency store (redis.internal:6379): connect failed' },
+          fast: {
+            status: 'down',
+            latencyMs: 1000.4,
+            error: 'Redis idempotency store (redis.internal:6379): connect failed',
+          },
           durable: { status: 'up', latencyMs: 1.2 },
         },
       }),

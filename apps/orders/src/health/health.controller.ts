@@ -71,7 +71,11 @@ export class HealthController {
       result = await this.health.check(checks);
     } catch (error) {
       if (error instanceof ServiceUnavailableException) {
-        const { info, error: failed, details } = error.getResponse() as Record<string, Record<string, unknown> | undefined>;
+        const {
+          info,
+          error: failed,
+          details,
+        } = error.getResponse() as Record<string, Record<string, unknown> | undefined>;
         const down = Object.keys(failed ?? {});
         throw new ProblemException('healthCheckFailed', `Not answering: ${down.join(', ') || 'unknown'}.`, {
           info: shown(info),

@@ -25,7 +25,9 @@ export class PrometheusMetrics implements OnModuleInit, OnApplicationShutdown {
     this.registered = metrics.setGlobalMeterProvider(this.provider);
     if (!this.registered) {
       // Another provider is global already (two apps in one process): this one serves what it has.
-      this.logger.warn('a global MeterProvider is already registered: GET /metrics serves only this app\'s own provider');
+      this.logger.warn(
+        "a global MeterProvider is already registered: GET /metrics serves only this app's own provider",
+      );
     }
   }
 

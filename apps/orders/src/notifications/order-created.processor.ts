@@ -23,7 +23,11 @@ export const ORDER_CONFIRMATION_CONSUMER = 'notifications.order-created';
  */
 @Injectable()
 export class OrderCreatedProcessor {
-  readonly process: (job: IdempotentJob<OrderCreatedEvent>, token?: string, signal?: AbortSignal) => Promise<OrderNotificationView>;
+  readonly process: (
+    job: IdempotentJob<OrderCreatedEvent>,
+    token?: string,
+    signal?: AbortSignal,
+  ) => Promise<OrderNotificationView>;
 
   constructor(
     idempotency: IdempotencyService,

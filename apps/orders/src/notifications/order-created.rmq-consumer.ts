@@ -28,7 +28,10 @@ export class OrderCreatedRmqConsumer {
     settlement: rmqSettlement({ maxAttempts: 5 }),
     options: { transactional: true },
   })
-  onOrderCreated(@Payload() event: OrderCreatedEvent, @IdempotencyConsumerContext() idem: IdempotencyContextRef): Promise<OrderNotificationView> {
+  onOrderCreated(
+    @Payload() event: OrderCreatedEvent,
+    @IdempotencyConsumerContext() idem: IdempotencyContextRef,
+  ): Promise<OrderNotificationView> {
     return this.processor.sendConfirmation(event, idem.getManager<EntityManager>());
   }
 }

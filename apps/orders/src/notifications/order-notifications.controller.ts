@@ -17,7 +17,10 @@ export class OrderNotificationsController {
     const notifications = await this.db.read(async (manager) => {
       const order = isUuid(id) ? await manager.findOneBy(Order, { id: id.toLowerCase(), tenantId }) : null;
       return order
-        ? manager.find(OrderNotification, { where: { tenantId, orderId: order.id }, order: { sentAtMs: 'ASC', id: 'ASC' } })
+        ? manager.find(OrderNotification, {
+            where: { tenantId, orderId: order.id },
+            order: { sentAtMs: 'ASC', id: 'ASC' },
+          })
         : undefined;
     });
     if (!notifications) {

@@ -14,7 +14,10 @@ describe('orderTotalCents', () => {
 
   it('is exact above 2^31 and at the validated maximum', () => {
     expect(orderTotalCents([{ quantity: 1000, unitPriceCents: 100_000_000 }])).toBe(100_000_000_000);
-    const biggest = Array.from({ length: MAX_ITEMS }, () => ({ quantity: MAX_QUANTITY, unitPriceCents: MAX_UNIT_PRICE_CENTS }));
+    const biggest = Array.from({ length: MAX_ITEMS }, () => ({
+      quantity: MAX_QUANTITY,
+      unitPriceCents: MAX_UNIT_PRICE_CENTS,
+    }));
     expect(orderTotalCents(biggest)).toBe(10_000_000_000_000);
   });
 

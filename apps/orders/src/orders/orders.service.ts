@@ -101,7 +101,10 @@ export class OrdersService {
       )
       .catch((error: unknown) => {
         throw error instanceof PaymentKeyReusedError
-          ? new ProblemException('paymentKeyReused', 'The payment provider refused the charge: its key already paid for another charge.')
+          ? new ProblemException(
+              'paymentKeyReused',
+              'The payment provider refused the charge: its key already paid for another charge.',
+            )
           : error;
       });
     order.status = 'paid';

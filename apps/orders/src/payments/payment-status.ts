@@ -32,4 +32,3 @@ export function statusesBefore(type: PaymentEventType): PaymentStatus[] {
   const target = RANK[TARGET[type]];
   return (Object.keys(RANK) as PaymentStatus[]).filter((status) => RANK[status] < target);
 }
-

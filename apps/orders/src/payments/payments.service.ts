@@ -48,7 +48,12 @@ export class PaymentsService {
 
   /** Charges within the caller's transaction (`manager`): it commits or rolls back with it. */
   async charge(request: ChargeRequest, manager: EntityManager): Promise<Payment> {
-    const candidate = manager.create(Payment, { id: randomUUID(), ...request, status: 'charged', createdAtMs: this.clock.nowMs() });
+    const candidate = manager.create(Payment, {
+      id: randomUUID(),
+      ...request,
+      status: 'charged',
+      createdAtMs: this.clock.nowMs(),
+    });
     // ON CONFLICT DO NOTHING on PostgreSQL, INSERT OR IGNORE on SQLite: a duplicate key never
     // aborts the caller's transaction; the row that holds the key is read back instead.
     await manager.createQueryBuilder().insert().into(Payment).values(candidate).orIgnore().execute();

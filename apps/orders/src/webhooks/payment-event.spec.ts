@@ -3,7 +3,12 @@ import { parsePaymentEvent } from './payment-event.js';
 describe('parsePaymentEvent', () => {
   it('reads a supported event and ignores extra members', () => {
     expect(
-      parsePaymentEvent({ id: 'evt_1', type: 'payment.refunded', data: { paymentId: 'p-1', amount: 5 }, livemode: false }),
+      parsePaymentEvent({
+        id: 'evt_1',
+        type: 'payment.refunded',
+        data: { paymentId: 'p-1', amount: 5 },
+        livemode: false,
+      }),
     ).toEqual({ kind: 'event', event: { id: 'evt_1', type: 'payment.refunded', paymentId: 'p-1' } });
   });
 

@@ -49,7 +49,10 @@ export function parsePaymentEvent(body: unknown): PaymentEventParse {
   }
   const paymentId = isObject(data) ? data.paymentId : undefined;
   if (typeof paymentId !== 'string' || paymentId.length === 0 || paymentId.length > 255) {
-    return { kind: 'invalid', errors: [{ field: 'data.paymentId', messages: ['data.paymentId must be a string of 1 to 255 characters'] }] };
+    return {
+      kind: 'invalid',
+      errors: [{ field: 'data.paymentId', messages: ['data.paymentId must be a string of 1 to 255 characters'] }],
+    };
   }
   return { kind: 'event', event: { id: id as string, type: type as PaymentEventType, paymentId } };
 }

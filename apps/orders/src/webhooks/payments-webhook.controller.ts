@@ -1,4 +1,14 @@
-import { Body, Controller, HttpCode, HttpException, Post, Req, Res, UseGuards, type RawBodyRequest } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  HttpCode,
+  HttpException,
+  Post,
+  Req,
+  Res,
+  UseGuards,
+  type RawBodyRequest,
+} from '@nestjs/common';
 import { IdempotencyRunError, IdempotencyStoreError } from 'nestjs-idempotency';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { SkipTenant } from '../common/tenant/skip-tenant.decorator.js';
@@ -56,7 +66,10 @@ export class PaymentsWebhookController {
   private toHttpError(error: unknown, response: HeaderSink): unknown {
     if (error instanceof IdempotencyStoreError) {
       response.header('Retry-After', String(RETRY_AFTER_SECONDS));
-      return new ProblemException('storeUnavailable', 'The event could not be checked against the events already applied. Deliver it again later.');
+      return new ProblemException(
+        'storeUnavailable',
+        'The event could not be checked against the events already applied. Deliver it again later.',
+      );
     }
     if (!(error instanceof IdempotencyRunError)) {
       return error;
@@ -64,9 +77,15 @@ export class PaymentsWebhookController {
     switch (error.kind) {
       case 'in-progress':
         response.header('Retry-After', String(error.details.retryAfterSeconds ?? RETRY_AFTER_SECONDS));
-        return new ProblemException('webhookEventInProgress', 'This event is still being applied. Deliver it again later.');
+        return new ProblemException(
+          'webhookEventInProgress',
+          'This event is still being applied. Deliver it again later.',
+        );
       case 'key-reused':
-        return new ProblemException('webhookEventReused', 'An event with this id and a different body was already applied.');
+        return new ProblemException(
+          'webhookEventReused',
+          'An event with this id and a different body was already applied.',
+        );
       case 'replayed-failure':
         return new HttpException(error.details.body ?? 'Error', error.details.status ?? 500);
       default:

@@ -60,7 +60,9 @@ export class PaymentsWebhookService {
   /** The events applied to the tenant's payment, oldest first; `not-found` for another tenant's. */
   async listEvents(tenantId: string, paymentId: string): Promise<PaymentEventView[]> {
     const events = await this.db.read(async (manager) => {
-      const payment = isUuid(paymentId) ? await manager.findOneBy(Payment, { id: paymentId.toLowerCase(), tenantId }) : null;
+      const payment = isUuid(paymentId)
+        ? await manager.findOneBy(Payment, { id: paymentId.toLowerCase(), tenantId })
+        : null;
       if (!payment) {
         return undefined;
       }
@@ -77,7 +79,9 @@ export class PaymentsWebhookService {
 
   private async apply(event: PaymentEventInput, context: IdempotencyContextRef): Promise<PaymentEventView> {
     const manager = context.getManager<EntityManager>();
-    const payment = isUuid(event.paymentId) ? await manager.findOneBy(Payment, { id: event.paymentId.toLowerCase() }) : null;
+    const payment = isUuid(event.paymentId)
+      ? await manager.findOneBy(Payment, { id: event.paymentId.toLowerCase() })
+      : null;
     if (!payment) {
       // Released, not stored: the provider retries, and the payment may exist by then (an event
       // can overtake the commit of the charge it is about).

@@ -22,9 +22,14 @@ export class WebhookSignatureGuard implements CanActivate {
   canActivate(context: ExecutionContext): boolean {
     const secret = this.config.webhookSecret;
     if (secret === undefined) {
-      throw new ProblemException('webhooksDisabled', 'WEBHOOK_SECRET is not set on this service, so no event can be verified. Retry later.');
+      throw new ProblemException(
+        'webhooksDisabled',
+        'WEBHOOK_SECRET is not set on this service, so no event can be verified. Retry later.',
+      );
     }
-    const request = context.switchToHttp().getRequest<RawBodyRequest<{ headers: Record<string, string | string[] | undefined> }>>();
+    const request = context
+      .switchToHttp()
+      .getRequest<RawBodyRequest<{ headers: Record<string, string | string[] | undefined> }>>();
     // `rawBody` is kept by the JSON body parser (`rawBody: true`); another media type has none.
     const check = checkWebhookSignature(request.rawBody ?? Buffer.alloc(0), request.headers[SIGNATURE_HEADER], secret);
     if (check !== 'valid') {

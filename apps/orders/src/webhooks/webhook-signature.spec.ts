@@ -6,13 +6,17 @@ describe('webhook signatures', () => {
 
   it('signs with hex HMAC-SHA256 of the raw bytes', () => {
     // printf '%s' "$BODY" | openssl dgst -sha256 -hmac "$SECRET": the README's curl example.
-    expect(signWebhookBody('abc', 'key')).toBe('sha256=9c196e32dc0175f86f4b1cb89289d6619de6bee699e4c378e68309ed97a1a6ab');
+    expect(signWebhookBody('abc', 'key')).toBe(
+      'sha256=9c196e32dc0175f86f4b1cb89289d6619de6bee699e4c378e68309ed97a1a6ab',
+    );
   });
 
   it('accepts the signature of the exact bytes, in either case, with surrounding spaces', () => {
     const signature = signWebhookBody(body, secret);
     expect(checkWebhookSignature(body, signature, secret)).toBe('valid');
-    expect(checkWebhookSignature(body, ` ${signature.toUpperCase().replace('SHA256=', 'sha256=')} `, secret)).toBe('valid');
+    expect(checkWebhookSignature(body, ` ${signature.toUpperCase().replace('SHA256=', 'sha256=')} `, secret)).toBe(
+      'valid',
+    );
   });
 
   it('refuses another body, another secret, a truncated or repeated signature', () => {

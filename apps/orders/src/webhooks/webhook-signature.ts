@@ -19,7 +19,11 @@ export type SignatureCheck = 'valid' | 'missing' | 'malformed' | 'mismatch';
  * says nothing about how many leading bytes of a forged signature were right. A repeated
  * header (Node joins repeats with ", ") is malformed. Pure, for the guard and its unit tests.
  */
-export function checkWebhookSignature(rawBody: Buffer, header: string | string[] | undefined, secret: string): SignatureCheck {
+export function checkWebhookSignature(
+  rawBody: Buffer,
+  header: string | string[] | undefined,
+  secret: string,
+): SignatureCheck {
   if (header === undefined || (typeof header === 'string' && header.trim() === '')) {
     return 'missing';
   }

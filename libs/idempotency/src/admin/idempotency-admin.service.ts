@@ -107,7 +107,10 @@ export class IdempotencyAdmin {
    * context `IdempotencyAdmin`) with actor, reason, storage id and the outcome per tier.
    * @throws TypeError / RangeError for a missing actor or reason, and as `keyIdOf`.
    */
-  async forceRelease(ref: IdempotencyRecordRef, request: IdempotencyForceReleaseRequest): Promise<IdempotencyForceReleaseResult> {
+  async forceRelease(
+    ref: IdempotencyRecordRef,
+    request: IdempotencyForceReleaseRequest,
+  ): Promise<IdempotencyForceReleaseResult> {
     const actor = checkText('actor', request.actor, MAX_ACTOR_LENGTH);
     const reason = checkText('reason', request.reason, MAX_REASON_LENGTH);
     const keyId = this.keyIdOf(ref);

@@ -16,6 +16,9 @@ export function amqpHeader(message: Pick<ConsumeMessage, 'properties'>, name: st
  *
  * @publicApi
  */
-export function amqpMessageKey(message: Pick<ConsumeMessage, 'properties'>, header: string = IDEMPOTENCY_KEY_MESSAGE_HEADER): string | undefined {
+export function amqpMessageKey(
+  message: Pick<ConsumeMessage, 'properties'>,
+  header: string = IDEMPOTENCY_KEY_MESSAGE_HEADER,
+): string | undefined {
   return amqpHeader(message, header) ?? (message.properties.messageId || undefined);
 }

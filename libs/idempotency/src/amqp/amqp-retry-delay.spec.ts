@@ -32,7 +32,10 @@ describe('retryPlan', () => {
 
 describe('resolveAmqpRedelivery', () => {
   it('names the retry and dead-letter queues after the queue', () => {
-    expect(resolveAmqpRedelivery({ queue: 'orders' })).toMatchObject({ retryQueue: 'orders.retry', deadLetterQueue: 'orders.dead-letter' });
+    expect(resolveAmqpRedelivery({ queue: 'orders' })).toMatchObject({
+      retryQueue: 'orders.retry',
+      deadLetterQueue: 'orders.dead-letter',
+    });
   });
   it('refuses a missing queue, a retry queue equal to it, and non-positive numbers', () => {
     expect(() => resolveAmqpRedelivery({ queue: '' })).toThrow(/queue/);

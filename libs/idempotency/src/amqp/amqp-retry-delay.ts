@@ -16,7 +16,11 @@ export function retryPlan(
 ): { kind: 'retry'; delayMs: number; attempts: number } | { kind: 'give-up'; attempts: number } {
   const clamp = (ms: number) => Math.round(Math.min(Math.max(ms, options.retryDelayMs), options.maxRetryDelayMs));
   if (disposition.reason === 'in-progress') {
-    return { kind: 'retry', delayMs: clamp(disposition.retryAfterMs * options.inProgressDelayFactor), attempts: failedAttempts };
+    return {
+      kind: 'retry',
+      delayMs: clamp(disposition.retryAfterMs * options.inProgressDelayFactor),
+      attempts: failedAttempts,
+    };
   }
   const attempts = failedAttempts + 1;
   if (attempts >= options.maxAttempts) return { kind: 'give-up', attempts };

@@ -9,12 +9,24 @@ import {
   AMQP_ORIGINAL_QUEUE_HEADER,
   AMQP_RETRY_REASON_HEADER,
 } from './amqp.constants.js';
-import { resolveAmqpRedelivery, type AmqpRedeliveryOptions, type ResolvedAmqpRedelivery } from './amqp-redelivery.options.js';
+import {
+  resolveAmqpRedelivery,
+  type AmqpRedeliveryOptions,
+  type ResolvedAmqpRedelivery,
+} from './amqp-redelivery.options.js';
 import { failedAttemptsOf, retryPlan } from './amqp-retry-delay.js';
 import { assertAmqpRedeliveryTopology } from './amqp-topology.js';
 
 /** Headers RabbitMQ writes when it dead-letters: dropped on republishing, the broker writes them anew. */
-const BROKER_DEATH_HEADERS = ['x-death', 'x-first-death-reason', 'x-first-death-queue', 'x-first-death-exchange', 'x-last-death-reason', 'x-last-death-queue', 'x-last-death-exchange'];
+const BROKER_DEATH_HEADERS = [
+  'x-death',
+  'x-first-death-reason',
+  'x-first-death-queue',
+  'x-first-death-exchange',
+  'x-last-death-reason',
+  'x-last-death-queue',
+  'x-last-death-exchange',
+];
 const MAX_ERROR_HEADER_LENGTH = 500;
 
 /**
@@ -68,7 +80,12 @@ export class AmqpSettler {
     if (settings.queue !== undefined) this.resolved(settings.queue);
   }
 
-  async settle(channel: Channel, message: ConsumeMessage, disposition: MessageDisposition, input: AmqpSettleInput): Promise<void> {
+  async settle(
+    channel: Channel,
+    message: ConsumeMessage,
+    disposition: MessageDisposition,
+    input: AmqpSettleInput,
+  ): Promise<void> {
     if (disposition.action === 'ack') {
       channel.ack(message);
       return;
@@ -78,13 +95,23 @@ export class AmqpSettler {
       case 'dead-letter':
         return this.deadLetter(options, channel, message, disposition.reason, input);
       case 'retry': {
-        const plan = retryPlan(disposition, failedAttemptsOf(message.properties.headers, AMQP_ATTEMPTS_HEADER), options);
+        const plan = retryPlan(
+          disposition,
+          failedAttemptsOf(message.properties.headers, AMQP_ATTEMPTS_HEADER),
+          options,
+        );
         if (plan.kind === 'give-up') {
-          return this.deadLetter(options, channel, message, 'attempts-exhausted', input, { [AMQP_ATTEMPTS_HEADER]: plan.attempts });
+          return this.deadLetter(options, channel, message, 'attempts-exhausted', input, {
+            [AMQP_ATTEMPTS_HEADER]: plan.attempts,
+          });
         }
         await this.republish(options, channel, message, options.retryQueue, {
           expiration: String(plan.delayMs),
-          headers: { [AMQP_ATTEMPTS_HEADER]: plan.attempts, [AMQP_RETRY_REASON_HEADER]: disposition.reason, [AMQP_CONSUMER_HEADER]: input.consumer },
+          headers: {
+            [AMQP_ATTEMPTS_HEADER]: plan.attempts,
+            [AMQP_RETRY_REASON_HEADER]: disposition.reason,
+            [AMQP_CONSUMER_HEADER]: input.consumer,
+          },
         });
         channel.ack(message);
         if (disposition.reason === 'transient-failure') {

@@ -24,8 +24,7 @@ export interface AmqpDelivery<TBody = unknown> {
  * @publicApi
  */
 export interface IdempotentAmqpHandlerOptions<TBody = unknown>
-  extends Omit<ConsumerIdempotencyOptions<AmqpDelivery<TBody>>, 'key'>,
-    AmqpRedeliveryOptions {
+  extends Omit<ConsumerIdempotencyOptions<AmqpDelivery<TBody>>, 'key'>, AmqpRedeliveryOptions {
   /** The channel the handler consumes on (`noAck: false`): acks, retries and dead letters go through it. */
   channel: Channel;
   /** The message's key. @default the `idempotency-key` header, else the `messageId` property (`amqpMessageKey`) */
@@ -95,7 +94,10 @@ export function idempotentAmqpHandler<TBody = any, TResult = unknown>(
       try {
         body = parse(message.content, message);
       } catch (parseError) {
-        throw new UnparsableMessageError(options.consumer, parseError instanceof Error ? parseError.message : String(parseError));
+        throw new UnparsableMessageError(
+          options.consumer,
+          parseError instanceof Error ? parseError.message : String(parseError),
+        );
       }
       request = consumerRunRequest(consumerOptions, { body, message });
       const result = await idempotency.run(request, async (context) => {

@@ -8,7 +8,11 @@ export interface RmqIncomingPacket {
 }
 
 const isPacket = (value: unknown): value is RmqIncomingPacket =>
-  typeof value === 'object' && value !== null && !Array.isArray(value) && 'pattern' in value && (value as RmqIncomingPacket).pattern !== undefined;
+  typeof value === 'object' &&
+  value !== null &&
+  !Array.isArray(value) &&
+  'pattern' in value &&
+  (value as RmqIncomingPacket).pattern !== undefined;
 
 /**
  * A `deserializer` for Nest's RabbitMQ server, for a queue with one kind of message: Nest's own

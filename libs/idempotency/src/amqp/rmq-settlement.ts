@@ -34,7 +34,10 @@ export function rmqSettlement(options: AmqpSettlerOptions = {}): MessageSettleme
   const settler = new AmqpSettler(options);
   return {
     settle: (disposition, { context, consumer, error }) =>
-      settler.settle(context.getChannelRef() as Channel, context.getMessage() as ConsumeMessage, disposition, { consumer, error }),
+      settler.settle(context.getChannelRef() as Channel, context.getMessage() as ConsumeMessage, disposition, {
+        consumer,
+        error,
+      }),
   };
 }
 

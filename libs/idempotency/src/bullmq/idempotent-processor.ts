@@ -16,7 +16,8 @@ import { IdempotentConsumerKeyError } from '../consumers/idempotent-consumer-key
  *
  * @publicApi
  */
-export type IdempotentJob<TData = any> = Pick<Job<TData>, 'id' | 'name' | 'data'> & Partial<Pick<Job<TData>, 'moveToDelayed'>>;
+export type IdempotentJob<TData = any> = Pick<Job<TData>, 'id' | 'name' | 'data'> &
+  Partial<Pick<Job<TData>, 'moveToDelayed'>>;
 
 /**
  * Options of `idempotentProcessor()`. `key` defaults to the job id, which a stalled job keeps
@@ -25,8 +26,10 @@ export type IdempotentJob<TData = any> = Pick<Job<TData>, 'id' | 'name' | 'data'
  *
  * @publicApi
  */
-export interface IdempotentProcessorOptions<TJob extends IdempotentJob = Job>
-  extends Omit<ConsumerIdempotencyOptions<TJob>, 'key'> {
+export interface IdempotentProcessorOptions<TJob extends IdempotentJob = Job> extends Omit<
+  ConsumerIdempotencyOptions<TJob>,
+  'key'
+> {
   /** The job's identity. @default (job) => job.id */
   key?: (job: TJob) => string | undefined;
   /**
@@ -97,7 +100,9 @@ export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = 
       if (error.retryable && token !== undefined && job.moveToDelayed) {
         const delayMs = Math.max(1, error.details.retryAfterSeconds ?? 1) * 1000 * delayFactor;
         await job.moveToDelayed(Date.now() + delayMs, token);
-        throw new DelayedError(`${options.consumer}: the job's key is still being processed; retrying in ${delayMs} ms`);
+        throw new DelayedError(
+          `${options.consumer}: the job's key is still being processed; retrying in ${delayMs} ms`,
+        );
       }
       throw error.retryable ? error : new UnrecoverableError(`${options.consumer}: ${error.message} (${error.kind})`);
     }
@@ -114,10 +119,15 @@ function checkProcessorOptions<TJob extends IdempotentJob>(
     checkConsumerOptions(options, { keyRequired: false });
     const factor = options.inProgressDelayFactor;
     if (factor !== undefined && !(typeof factor === 'number' && Number.isFinite(factor) && factor > 0)) {
-      throw new IdempotencyConfigurationError(`inProgressDelayFactor must be a positive finite number, got ${String(factor)}.`);
+      throw new IdempotencyConfigurationError(
+        `inProgressDelayFactor must be a positive finite number, got ${String(factor)}.`,
+      );
     }
     idempotency.policyFor(options.options);
   } catch (error) {
-    throw configurationErrorAt(`idempotentProcessor(${typeof consumer === 'string' && consumer.trim() ? `'${consumer}'` : ''})`, error);
+    throw configurationErrorAt(
+      `idempotentProcessor(${typeof consumer === 'string' && consumer.trim() ? `'${consumer}'` : ''})`,
+      error,
+    );
   }
 }

@@ -26,7 +26,9 @@ export function checkConsumerOptions(
   rules: { keyRequired: boolean; functions?: readonly string[] },
 ): void {
   if (typeof options !== 'object' || options === null) {
-    throw new IdempotencyConfigurationError(`the options must be an object with at least \`consumer\`, got ${String(options)}.`);
+    throw new IdempotencyConfigurationError(
+      `the options must be an object with at least \`consumer\`, got ${String(options)}.`,
+    );
   }
   const given = options as Record<string, unknown>;
   const consumer = given.consumer;

@@ -26,7 +26,9 @@ describe('consumerRunRequest', () => {
   });
 
   it.each([undefined, ''])('refuses a message whose key is %j', (key) => {
-    expect(() => consumerRunRequest({ consumer: 'mailer', key: () => key }, message)).toThrow(IdempotentConsumerKeyError);
+    expect(() => consumerRunRequest({ consumer: 'mailer', key: () => key }, message)).toThrow(
+      IdempotentConsumerKeyError,
+    );
     expect(() => consumerRunRequest({ consumer: 'mailer', key: () => key }, message)).toThrow(/consumer "mailer"/);
   });
 });

@@ -37,5 +37,6 @@ export function attachConsumerContext(context: ExecutionContext, idempotency: Id
  * @publicApi
  */
 export const IdempotencyConsumerContext = createParamDecorator(
-  (_data: unknown, context: ExecutionContext): IdempotencyContextRef | undefined => carrierOf(context)?.[CONSUMER_CONTEXT],
+  (_data: unknown, context: ExecutionContext): IdempotencyContextRef | undefined =>
+    carrierOf(context)?.[CONSUMER_CONTEXT],
 );

@@ -19,4 +19,7 @@ import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js
  * @publicApi
  */
 export const IdempotentConsumer = <TData = any, TContext = any>(options: IdempotentConsumerOptions<TData, TContext>) =>
-  applyDecorators(IdempotentConsumerHandler(options as IdempotentConsumerOptions), UseInterceptors(IdempotentConsumerInterceptor));
+  applyDecorators(
+    IdempotentConsumerHandler(options as IdempotentConsumerOptions),
+    UseInterceptors(IdempotentConsumerInterceptor),
+  );

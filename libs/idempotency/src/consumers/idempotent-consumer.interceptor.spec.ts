@@ -34,18 +34,24 @@ describe('IdempotentConsumerInterceptor', () => {
 
   it('lets HTTP and WebSocket handlers through untouched, marked or not', async () => {
     for (const type of ['http', 'ws']) {
-      expect(await lastValueFrom(interceptor.intercept(contextOf(type, Handlers.prototype.marked), next))).toBe('handled');
+      expect(await lastValueFrom(interceptor.intercept(contextOf(type, Handlers.prototype.marked), next))).toBe(
+        'handled',
+      );
     }
     expect(requests).toEqual([]);
   });
 
   it('lets unmarked rpc handlers through untouched', async () => {
-    expect(await lastValueFrom(interceptor.intercept(contextOf('rpc', Handlers.prototype.unmarked), next))).toBe('handled');
+    expect(await lastValueFrom(interceptor.intercept(contextOf('rpc', Handlers.prototype.unmarked), next))).toBe(
+      'handled',
+    );
     expect(requests).toEqual([]);
   });
 
   it('runs marked rpc handlers through run() with the consumer and the key of the message', async () => {
-    expect(await lastValueFrom(interceptor.intercept(contextOf('rpc', Handlers.prototype.marked), next))).toBe('handled');
+    expect(await lastValueFrom(interceptor.intercept(contextOf('rpc', Handlers.prototype.marked), next))).toBe(
+      'handled',
+    );
     expect(requests).toEqual([expect.objectContaining({ operation: 'mailer', key: 'evt_1' })]);
   });
 });

@@ -60,11 +60,20 @@ export class IdempotentConsumerInterceptor implements NestInterceptor {
   }
 
   /** What the transport sees when `run()` throws (by default: `options.mapError`, or the error itself). */
-  protected toTransportError(error: unknown, options: IdempotentConsumerOptions, data: unknown, transportContext: unknown): unknown {
+  protected toTransportError(
+    error: unknown,
+    options: IdempotentConsumerOptions,
+    data: unknown,
+    transportContext: unknown,
+  ): unknown {
     return options.mapError ? options.mapError(error, data, transportContext) : error;
   }
 
-  private async consume(context: ExecutionContext, next: CallHandler, options: IdempotentConsumerOptions): Promise<unknown> {
+  private async consume(
+    context: ExecutionContext,
+    next: CallHandler,
+    options: IdempotentConsumerOptions,
+  ): Promise<unknown> {
     const rpc = context.switchToRpc();
     const data = rpc.getData<unknown>();
     const transportContext = rpc.getContext<unknown>();
@@ -97,7 +106,12 @@ export class IdempotentConsumerInterceptor implements NestInterceptor {
         error,
         handlerOutcome: handlerFailed ? this.idempotency.failureOutcome(request!, error, handler.context) : undefined,
       };
-      await options.settlement.settle(messageDisposition(outcome), { consumer: options.consumer, data, context: transportContext, error });
+      await options.settlement.settle(messageDisposition(outcome), {
+        consumer: options.consumer,
+        data,
+        context: transportContext,
+        error,
+      });
       return undefined;
     }
     if (result.status === 'replayed') {

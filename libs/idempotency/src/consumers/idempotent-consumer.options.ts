@@ -49,8 +49,10 @@ export interface ConsumerIdempotencyOptions<TMessage, TArgs extends unknown[] = 
  * handle(@Payload() data: OrderCreated) { ... }
  * @publicApi
  */
-export interface IdempotentConsumerOptions<TData = any, TContext = any>
-  extends ConsumerIdempotencyOptions<TData, [context: TContext]> {
+export interface IdempotentConsumerOptions<TData = any, TContext = any> extends ConsumerIdempotencyOptions<
+  TData,
+  [context: TContext]
+> {
   /**
    * Called when a duplicate is acknowledged without running the handler, e.g. to `ack` it on a
    * transport with manual acknowledgements (RabbitMQ with `noAck: false`).

@@ -9,7 +9,12 @@ export { IdempotentConsumerInterceptor } from './idempotent-consumer.interceptor
 export { IdempotencyConsumerContext } from './idempotency-consumer-context.decorator.js';
 export { IdempotentConsumerKeyError } from './idempotent-consumer-key.error.js';
 export type { ConsumerIdempotencyOptions, IdempotentConsumerOptions } from './idempotent-consumer.options.js';
-export { messageDisposition, type ConsumerRunOutcome, type DeadLetterReason, type MessageDisposition } from './message-disposition.js';
+export {
+  messageDisposition,
+  type ConsumerRunOutcome,
+  type DeadLetterReason,
+  type MessageDisposition,
+} from './message-disposition.js';
 export type { MessageSettlement, SettlementInput } from './message-settlement.js';
 export { UnparsableMessage, UnparsableMessageError } from './unparsable-message.js';
 export { IDEMPOTENCY_KEY_MESSAGE_HEADER } from './message-key-header.js';

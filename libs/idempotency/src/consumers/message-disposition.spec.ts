@@ -13,8 +13,14 @@ describe('messageDisposition', () => {
 
   it('follows the outcome policy on a handler failure: stored → ack, released → retry', () => {
     const error = new UnprocessableEntityException();
-    expect(messageDisposition({ ok: false, error, handlerOutcome: 'store' })).toEqual({ action: 'ack', reason: 'stored-failure' });
-    expect(messageDisposition({ ok: false, error, handlerOutcome: 'release' })).toEqual({ action: 'retry', reason: 'transient-failure' });
+    expect(messageDisposition({ ok: false, error, handlerOutcome: 'store' })).toEqual({
+      action: 'ack',
+      reason: 'stored-failure',
+    });
+    expect(messageDisposition({ ok: false, error, handlerOutcome: 'release' })).toEqual({
+      action: 'retry',
+      reason: 'transient-failure',
+    });
   });
 
   it('retries an in-progress duplicate after the remaining lease (at least a second)', () => {
@@ -35,7 +41,10 @@ describe('messageDisposition', () => {
   });
 
   it('dead-letters poison: no key, a body that does not parse', () => {
-    expect(messageDisposition({ ok: false, error: new IdempotentConsumerKeyError('mailer') })).toEqual({ action: 'dead-letter', reason: 'missing-key' });
+    expect(messageDisposition({ ok: false, error: new IdempotentConsumerKeyError('mailer') })).toEqual({
+      action: 'dead-letter',
+      reason: 'missing-key',
+    });
     expect(messageDisposition({ ok: false, error: new UnparsableMessageError('mailer', 'not JSON') })).toEqual({
       action: 'dead-letter',
       reason: 'unparsable-body',
@@ -43,6 +52,9 @@ describe('messageDisposition', () => {
   });
 
   it('retries what it does not recognise (a store that is down)', () => {
-    expect(messageDisposition({ ok: false, error: new IdempotencyStoreError('down', 'fast') })).toEqual({ action: 'retry', reason: 'transient-failure' });
+    expect(messageDisposition({ ok: false, error: new IdempotencyStoreError('down', 'fast') })).toEqual({
+      action: 'retry',
+      reason: 'transient-failure',
+    });
   });
 });

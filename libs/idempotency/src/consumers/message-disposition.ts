@@ -4,7 +4,8 @@ import { IdempotentConsumerKeyError } from './idempotent-consumer-key.error.js';
 import { UnparsableMessageError } from './unparsable-message.js';
 
 /** Why a message goes to the dead-letter queue. @publicApi */
-export type DeadLetterReason = 'missing-key' | 'unparsable-body' | 'key-reused' | 'outcome-unknown' | 'attempts-exhausted';
+export type DeadLetterReason =
+  'missing-key' | 'unparsable-body' | 'key-reused' | 'outcome-unknown' | 'attempts-exhausted';
 
 /**
  * What a broker with manual acknowledgements should do with a message once `run()` has ended:
@@ -33,8 +34,7 @@ export type MessageDisposition =
  * @publicApi
  */
 export type ConsumerRunOutcome =
-  | { ok: true; status: 'fresh' | 'replayed' }
-  | { ok: false; error: unknown; handlerOutcome?: OutcomeOverride };
+  { ok: true; status: 'fresh' | 'replayed' } | { ok: false; error: unknown; handlerOutcome?: OutcomeOverride };
 
 /**
  * The disposition of a message (pure). Anything not recognised (a store that is down, a
@@ -48,7 +48,9 @@ export function messageDisposition(outcome: ConsumerRunOutcome): MessageDisposit
     return { action: 'ack', reason: outcome.status === 'fresh' ? 'handled' : 'duplicate' };
   }
   if (outcome.handlerOutcome) {
-    return outcome.handlerOutcome === 'store' ? { action: 'ack', reason: 'stored-failure' } : { action: 'retry', reason: 'transient-failure' };
+    return outcome.handlerOutcome === 'store'
+      ? { action: 'ack', reason: 'stored-failure' }
+      : { action: 'retry', reason: 'transient-failure' };
   }
   const { error } = outcome;
   if (error instanceof IdempotentConsumerKeyError) return { action: 'dead-letter', reason: 'missing-key' };
@@ -56,7 +58,11 @@ export function messageDisposition(outcome: ConsumerRunOutcome): MessageDisposit
   if (error instanceof IdempotencyRunError) {
     switch (error.kind) {
       case 'in-progress':
-        return { action: 'retry', reason: 'in-progress', retryAfterMs: Math.max(1, error.details.retryAfterSeconds ?? 1) * 1000 };
+        return {
+          action: 'retry',
+          reason: 'in-progress',
+          retryAfterMs: Math.max(1, error.details.retryAfterSeconds ?? 1) * 1000,
+        };
       case 'replayed-failure':
         return { action: 'ack', reason: 'stored-failure' };
       case 'replay-unavailable':

@@ -25,7 +25,9 @@ export class UnparsableMessageError extends Error {
     readonly consumer: string,
     readonly reason: string,
   ) {
-    super(`The message for consumer "${consumer}" cannot be parsed (${reason}): fix the producer; the message is not retried.`);
+    super(
+      `The message for consumer "${consumer}" cannot be parsed (${reason}): fix the producer; the message is not retried.`,
+    );
     this.name = this.constructor.name;
   }
 }

@@ -27,10 +27,15 @@ describe('idempotencyApiDocs', () => {
       refund(): void {}
     }
     await whenApiDocsApplied();
-    const responsesOf = (handler: object) => Object.keys(Reflect.getMetadata(DECORATORS.API_RESPONSE, handler) ?? {}).sort();
+    const responsesOf = (handler: object) =>
+      Object.keys(Reflect.getMetadata(DECORATORS.API_RESPONSE, handler) ?? {}).sort();
     expect(responsesOf(ChargesController.prototype.create)).toEqual(['201', '400', '409', '422', '503']);
     expect(responsesOf(ChargesController.prototype.refund)).toEqual(['202', '400', '409', '503']);
-    const headers = Reflect.getMetadata(DECORATORS.API_PARAMETERS, ChargesController.prototype.create) as Array<{ name: string; in: string; required: boolean }>;
+    const headers = Reflect.getMetadata(DECORATORS.API_PARAMETERS, ChargesController.prototype.create) as Array<{
+      name: string;
+      in: string;
+      required: boolean;
+    }>;
     expect(headers).toEqual([expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: true })]);
   });
 });

@@ -14,7 +14,8 @@ export async function importOptional<T>(specifier: string): Promise<T | undefine
     return (await import(specifier)) as T;
   } catch (error) {
     const code = (error as { code?: unknown }).code;
-    const missing = (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String(error).includes(specifier);
+    const missing =
+      (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && String(error).includes(specifier);
     if (missing) return undefined;
     throw error;
   }
@@ -89,7 +90,12 @@ function apiDocsDecorators(swagger: Swagger, options: IdempotentOptions): Array<
   const mismatchStatus = options.mismatchStatus ?? 422;
   const responses = new Map<number, string[]>([
     [400, [required ? 'Idempotency-Key is missing or invalid.' : 'Idempotency-Key is invalid.']],
-    [409, ['A request with this Idempotency-Key is still in progress (retry after `Retry-After` seconds), or its response cannot be replayed.']],
+    [
+      409,
+      [
+        'A request with this Idempotency-Key is still in progress (retry after `Retry-After` seconds), or its response cannot be replayed.',
+      ],
+    ],
     [503, ['The idempotency store is unavailable; retry after `Retry-After` seconds.']],
   ]);
   const mismatch = 'This Idempotency-Key was already used with a different request payload.';
@@ -105,13 +111,11 @@ function apiDocsDecorators(swagger: Swagger, options: IdempotentOptions): Array<
       schema: { type: 'string', maxLength },
     }),
     ...[...responses].map(([status, descriptions]) =>
-      swagger.ApiResponse(
-        {
-          status,
-          description: descriptions.join(' Or: '),
-          content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
-        },
-      ),
+      swagger.ApiResponse({
+        status,
+        description: descriptions.join(' Or: '),
+        content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
+      }),
     ),
     keepSuccessResponse(swagger),
   ];

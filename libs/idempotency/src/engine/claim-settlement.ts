@@ -27,7 +27,9 @@ export class ClaimSettlement {
     if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
       return this.release(claim);
     }
-    return this.telemetry.observeFinish('complete', claim, () => this.completeClaim(claim, this.sealer.storable(claim.scoped.id, claim.policy, response)));
+    return this.telemetry.observeFinish('complete', claim, () =>
+      this.completeClaim(claim, this.sealer.storable(claim.scoped.id, claim.policy, response)),
+    );
   }
 
   /** `IdempotencyService.abandon()`: frees the key without a response. */

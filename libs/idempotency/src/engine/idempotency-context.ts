@@ -54,7 +54,9 @@ export class IdempotencyContextRef {
    */
   getManager<T = unknown>(): T {
     if (this.transactionManager === undefined) {
-      throw new Error('No idempotency transaction: mark the route @Idempotent({ transactional: true }) and configure a durableStore.');
+      throw new Error(
+        'No idempotency transaction: mark the route @Idempotent({ transactional: true }) and configure a durableStore.',
+      );
     }
     return this.transactionManager as T;
   }

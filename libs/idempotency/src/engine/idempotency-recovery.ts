@@ -35,7 +35,8 @@ export class IdempotencyRecovery {
     if (record.fingerprint !== request.fingerprint) return { kind: 'mismatch' };
     if (record.state === 'completed') return this.replayOf(request.scoped.id, record);
     if (record.leaseExpiresAtMs > nowMs || afterTakeover) {
-      const committed = request.policy.durable && !afterTakeover ? await this.committedAnswer(request, record) : undefined;
+      const committed =
+        request.policy.durable && !afterTakeover ? await this.committedAnswer(request, record) : undefined;
       return committed ?? { kind: 'in-progress', retryAfterSeconds: retryAfter(request.policy, record, nowMs) };
     }
     return request.policy.durable
@@ -55,7 +56,11 @@ export class IdempotencyRecovery {
       const claimed = await durable.claim(scoped.id, claimRequest);
       if (claimed.kind === 'claimed') return this.claims.hold(scoped, claimed.record, policy, false);
       const row = claimed.record;
-      if (row.fingerprint !== request.fingerprint || row.state === 'completed' || row.leaseExpiresAtMs > claimed.nowMs) {
+      if (
+        row.fingerprint !== request.fingerprint ||
+        row.state === 'completed' ||
+        row.leaseExpiresAtMs > claimed.nowMs
+      ) {
         return await this.answerFromDurable(request, row, claimed.nowMs, claimRequest.ownerToken);
       }
       return await this.recoverDurableRow(request, row, claimRequest);
@@ -82,7 +87,8 @@ export class IdempotencyRecovery {
       return undefined;
     }
     if (!row || row.state !== 'completed' || !row.response || row.fingerprint !== request.fingerprint) return undefined;
-    if (row.ownerToken === record.ownerToken) await this.store.complete(id, record.ownerToken, row.response).catch(() => undefined);
+    if (row.ownerToken === record.ownerToken)
+      await this.store.complete(id, record.ownerToken, row.response).catch(() => undefined);
     return this.replayOf(id, row);
   }
 
@@ -110,10 +116,12 @@ export class IdempotencyRecovery {
       return this.claims.hold(scoped, taken.record, policy, true);
     }
     const response = this.outcomeUnknownResponse();
-    const completed = await this.store.complete(scoped.id, taken.record.ownerToken, this.sealer.seal(scoped.id, response)).catch(async (error: unknown) => {
-      await this.store.release(scoped.id, taken.record.ownerToken).catch(() => undefined);
-      throw error;
-    });
+    const completed = await this.store
+      .complete(scoped.id, taken.record.ownerToken, this.sealer.seal(scoped.id, response))
+      .catch(async (error: unknown) => {
+        await this.store.release(scoped.id, taken.record.ownerToken).catch(() => undefined);
+        throw error;
+      });
     if (!completed) return { kind: 'in-progress', retryAfterSeconds: 1 };
     return { kind: 'outcome-unknown', response };
   }
@@ -173,10 +181,12 @@ export class IdempotencyRecovery {
     }
     const response = this.outcomeUnknownResponse();
     const sealed = this.sealer.seal(scoped.id, response);
-    const completed = await durable.complete(scoped.id, claimRequest.ownerToken, sealed).catch(async (error: unknown) => {
-      await durable.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
-      throw error; // the caller (confirmDurable) frees the fast claim
-    });
+    const completed = await durable
+      .complete(scoped.id, claimRequest.ownerToken, sealed)
+      .catch(async (error: unknown) => {
+        await durable.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+        throw error; // the caller (confirmDurable) frees the fast claim
+      });
     if (!completed) {
       await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
       return { kind: 'in-progress', retryAfterSeconds: 1 };

@@ -51,7 +51,10 @@ export class IdempotencyRunner {
     return decideOutcome(encodeRunFailure(error).statusCode, policy, context?.outcome ?? forcedOutcomeOf(error));
   }
 
-  private async runOnce<T>(request: RunRequest, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+  private async runOnce<T>(
+    request: RunRequest,
+    fn: (context: IdempotencyContextRef) => Promise<T> | T,
+  ): Promise<RunResult<T>> {
     const policy = resolvePolicy(this.settings.policyOptions, request.options);
     const scope: ScopeDimension[] = ['operation'];
     if (request.tenant !== undefined) scope.push('tenant');
@@ -60,8 +63,15 @@ export class IdempotencyRunner {
       { operation: request.operation, tenant: request.tenant, principal: request.principal, key: request.key },
       scope,
     );
-    const fingerprint = createHash('sha256').update(request.fingerprint ?? '').digest('base64url');
-    const begun = await this.engine.begin({ scoped, fingerprint, policy, labels: { operation: request.operation, tenant: request.tenant } });
+    const fingerprint = createHash('sha256')
+      .update(request.fingerprint ?? '')
+      .digest('base64url');
+    const begun = await this.engine.begin({
+      scoped,
+      fingerprint,
+      policy,
+      labels: { operation: request.operation, tenant: request.tenant },
+    });
     switch (begun.kind) {
       case 'claimed':
         return this.runClaimed(begun.claim, fn);
@@ -70,10 +80,14 @@ export class IdempotencyRunner {
         if (response.statusCode >= 200 && response.statusCode < 300) {
           return { status: 'replayed', value: decodeRunBody(response) as T };
         }
-        throw new IdempotencyRunError('replayed-failure', `An earlier run with this key failed with ${response.statusCode}; the failure is stored.`, {
-          status: response.statusCode,
-          body: decodeRunBody(response),
-        });
+        throw new IdempotencyRunError(
+          'replayed-failure',
+          `An earlier run with this key failed with ${response.statusCode}; the failure is stored.`,
+          {
+            status: response.statusCode,
+            body: decodeRunBody(response),
+          },
+        );
       }
       case 'mismatch':
         throw new IdempotencyRunError('key-reused', 'This key was already used with a different fingerprint.');
@@ -82,13 +96,22 @@ export class IdempotencyRunner {
           retryAfterSeconds: begun.retryAfterSeconds,
         });
       case 'replay-unavailable':
-        throw new IdempotencyRunError('replay-unavailable', 'A run with this key completed, but its result was not stored.');
+        throw new IdempotencyRunError(
+          'replay-unavailable',
+          'A run with this key completed, but its result was not stored.',
+        );
       case 'outcome-unknown':
-        throw new IdempotencyRunError('outcome-unknown', 'A run with this key stopped before it finished; its outcome is unknown.');
+        throw new IdempotencyRunError(
+          'outcome-unknown',
+          'A run with this key stopped before it finished; its outcome is unknown.',
+        );
     }
   }
 
-  private async runClaimed<T>(claim: IdempotencyClaim, fn: (context: IdempotencyContextRef) => Promise<T> | T): Promise<RunResult<T>> {
+  private async runClaimed<T>(
+    claim: IdempotencyClaim,
+    fn: (context: IdempotencyContextRef) => Promise<T> | T,
+  ): Promise<RunResult<T>> {
     const context = new IdempotencyContextRef(claim);
     let outcome: HandlerOutcome | undefined;
     let unencodable: unknown;
@@ -123,7 +146,10 @@ export class IdempotencyRunner {
       });
     }
     if (result.kind !== 'sent') {
-      throw new IdempotencyStoreError('The transaction of this run could not be started or committed; retry later.', 'durable');
+      throw new IdempotencyStoreError(
+        'The transaction of this run could not be started or committed; retry later.',
+        'durable',
+      );
     }
     if (!outcome!.ok) throw outcome!.error;
     if (unencodable !== undefined) {

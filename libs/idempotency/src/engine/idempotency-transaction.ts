@@ -58,7 +58,9 @@ export class IdempotencyTransaction {
         // stored failure whose claim was taken over meanwhile must not reach its client as the
         // key's answer: another request now owns the key (409, retry).
         const finished = await this.settlement.settle(claim, response, execution.override(outcome));
-        return finished === 'lost' && outcome ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 } : { kind: 'sent' };
+        return finished === 'lost' && outcome
+          ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 }
+          : { kind: 'sent' };
       }
       this.claims.drop(claim);
       const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));

@@ -198,14 +198,18 @@ export class IdempotencyService implements OnApplicationShutdown {
   policyFor(options?: IdempotentOptions): ResolvedPolicy {
     const policy = resolvePolicy(this.settings.policyOptions, options);
     if (policy.durable && !this.durableStore) {
-      throw new IdempotencyConfigurationError('durable and transactional need a durable store: pass `durableStore` to IdempotencyModule.');
+      throw new IdempotencyConfigurationError(
+        'durable and transactional need a durable store: pass `durableStore` to IdempotencyModule.',
+      );
     }
     return policy;
   }
 
   private durable(): DurableIdempotencyStore {
     if (!this.durableStore) {
-      throw new IdempotencyConfigurationError('no durable store is configured: pass `durableStore` to IdempotencyModule.');
+      throw new IdempotencyConfigurationError(
+        'no durable store is configured: pass `durableStore` to IdempotencyModule.',
+      );
     }
     return this.durableStore;
   }

@@ -52,6 +52,9 @@ export class LiveClaims {
       renew: () => this.store.extend(scoped.id, ownerToken, policy.leaseMs),
     };
     if (!policy.durable) return [fast];
-    return [fast, { tier: 'durable', decisive: true, renew: () => this.durable().extend(scoped.id, ownerToken, policy.leaseMs) }];
+    return [
+      fast,
+      { tier: 'durable', decisive: true, renew: () => this.durable().extend(scoped.id, ownerToken, policy.leaseMs) },
+    ];
   }
 }

@@ -5,7 +5,11 @@ const JSON_HEADERS = { 'content-type': 'application/json' };
 
 /** A `run()` result as a stored response: 200 and its JSON (undefined becomes an empty body). */
 export function encodeRunValue(value: unknown): StoredResponse {
-  return { statusCode: 200, headers: JSON_HEADERS, body: value === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(value)) };
+  return {
+    statusCode: 200,
+    headers: JSON_HEADERS,
+    body: value === undefined ? Buffer.alloc(0) : Buffer.from(JSON.stringify(value)),
+  };
 }
 
 /**

@@ -126,8 +126,25 @@ describe('buildScopedKey', () => {
 describe('buildScopedKey properties', () => {
   // Values that imitate the encoding, the anonymous bucket, other dimensions and lone surrogates,
   // drawn often enough that equal and near-equal identities meet.
-  const tricky = ['x', 'anonymous:x', 'anonymous-tenant', 'tenant', 'key', '"],["key","x', '\\', '"', ',', '\ud800', '\ufffd', 'x '];
-  const value = fc.oneof(fc.constantFrom(...tricky), fc.string({ minLength: 1, maxLength: 4 }), fc.string({ unit: 'binary', minLength: 1, maxLength: 3 }));
+  const tricky = [
+    'x',
+    'anonymous:x',
+    'anonymous-tenant',
+    'tenant',
+    'key',
+    '"],["key","x',
+    '\\',
+    '"',
+    ',',
+    '\ud800',
+    '\ufffd',
+    'x ',
+  ];
+  const value = fc.oneof(
+    fc.constantFrom(...tricky),
+    fc.string({ minLength: 1, maxLength: 4 }),
+    fc.string({ unit: 'binary', minLength: 1, maxLength: 3 }),
+  );
   const request = fc.record({
     parts: fc.record({
       operation: value,
@@ -141,7 +158,11 @@ describe('buildScopedKey properties', () => {
   /** What must tell two records apart: each scoped dimension, whether it is an anonymous bucket, its value; and the key. */
   const identity = ({ parts, scope }: { parts: ScopeParts; scope: readonly ScopeDimension[] }) =>
     JSON.stringify([
-      ...ALL.filter((d) => scope.includes(d)).map((d) => [d, d !== 'operation' && (parts.anonymous ?? []).includes(d), parts[d]]),
+      ...ALL.filter((d) => scope.includes(d)).map((d) => [
+        d,
+        d !== 'operation' && (parts.anonymous ?? []).includes(d),
+        parts[d],
+      ]),
       parts.key,
     ]);
 
@@ -151,28 +172,53 @@ describe('buildScopedKey properties', () => {
     fc.oneof(
       request,
       fc.shuffledSubarray([...a.scope], { minLength: a.scope.length }).map((scope) => ({ ...a, scope })),
-      fc.tuple(fc.constantFrom('operation', 'tenant', 'principal', 'key') as fc.Arbitrary<'operation' | 'tenant' | 'principal' | 'key'>, value).map(([name, v]) => ({ ...a, parts: { ...a.parts, [name]: v } })),
+      fc
+        .tuple(
+          fc.constantFrom('operation', 'tenant', 'principal', 'key') as fc.Arbitrary<
+            'operation' | 'tenant' | 'principal' | 'key'
+          >,
+          value,
+        )
+        .map(([name, v]) => ({ ...a, parts: { ...a.parts, [name]: v } })),
       fc.subarray(['tenant', 'principal'] as const).map((anonymous) => ({ ...a, parts: { ...a.parts, anonymous } })),
     );
 
   it('B.3 rules 10-13: distinct identities never share a scope key or an id; equal ones always do', () => {
     fc.assert(
-      fc.property(request.chain((a) => fc.tuple(fc.constant(a), neighbour(a))), ([a, b]) => {
-        const [x, y] = [buildScopedKey(a.parts, a.scope), buildScopedKey(b.parts, b.scope)];
-        const same = identity(a) === identity(b);
-        expect(x.scopeKey === y.scopeKey).toBe(same);
-        expect(x.id === y.id).toBe(same);
-      }),
+      fc.property(
+        request.chain((a) => fc.tuple(fc.constant(a), neighbour(a))),
+        ([a, b]) => {
+          const [x, y] = [buildScopedKey(a.parts, a.scope), buildScopedKey(b.parts, b.scope)];
+          const same = identity(a) === identity(b);
+          expect(x.scopeKey === y.scopeKey).toBe(same);
+          expect(x.id === y.id).toBe(same);
+        },
+      ),
       { numRuns: 5000 },
     );
   });
 
   it('B.3 rule 13: a tenant or principal value never names the record of an anonymous bucket, whatever it spells', () => {
-    const prefix = fc.oneof(fc.constantFrom('', 'anonymous:', 'anonymous-', 'anonymous-tenant:', 'anonymous-principal', '["anonymous-tenant",'), fc.string({ maxLength: 4 }));
+    const prefix = fc.oneof(
+      fc.constantFrom(
+        '',
+        'anonymous:',
+        'anonymous-',
+        'anonymous-tenant:',
+        'anonymous-principal',
+        '["anonymous-tenant",',
+      ),
+      fc.string({ maxLength: 4 }),
+    );
     fc.assert(
       fc.property(request, prefix, prefix, (r, tenantPrefix, principalPrefix) => {
         const bucket = buildScopedKey({ ...r.parts, anonymous: ['tenant', 'principal'] }, r.scope);
-        const spelled = { ...r.parts, tenant: tenantPrefix + r.parts.tenant, principal: principalPrefix + r.parts.principal, anonymous: [] };
+        const spelled = {
+          ...r.parts,
+          tenant: tenantPrefix + r.parts.tenant,
+          principal: principalPrefix + r.parts.principal,
+          anonymous: [],
+        };
         const hasPersonInScope = r.scope.includes('tenant') || r.scope.includes('principal');
         expect(buildScopedKey(spelled, r.scope).id === bucket.id).toBe(!hasPersonInScope);
       }),

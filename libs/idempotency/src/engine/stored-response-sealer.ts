@@ -32,7 +32,10 @@ export class StoredResponseSealer {
     try {
       if (this.cipher) return this.cipher.open(id, stored);
       if (isSealedBody(stored.body)) {
-        throw new IdempotencyRecordUnreadableError('the stored response is encrypted, but no `encryption` is configured', 'no-cipher');
+        throw new IdempotencyRecordUnreadableError(
+          'the stored response is encrypted, but no `encryption` is configured',
+          'no-cipher',
+        );
       }
       return stored;
     } catch (error) {

@@ -14,7 +14,8 @@ import { IdempotencyError } from './idempotency.error.js';
  *
  * @publicApi
  */
-export type IdempotencyRunErrorKind = 'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure' | 'result-unencodable';
+export type IdempotencyRunErrorKind =
+  'key-reused' | 'in-progress' | 'replay-unavailable' | 'outcome-unknown' | 'replayed-failure' | 'result-unencodable';
 
 /** @publicApi */
 export class IdempotencyRunError extends IdempotencyError {

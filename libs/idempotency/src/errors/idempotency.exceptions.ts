@@ -38,52 +38,62 @@ const PROBLEMS: Record<IdempotencyProblemKind, { status: number; title: string; 
   'idempotency-key-missing': {
     status: 400,
     title: 'Idempotency-Key is missing',
-    detail: 'This operation requires an Idempotency-Key header. Send a unique key (a UUID is recommended) and reuse it when you retry.',
+    detail:
+      'This operation requires an Idempotency-Key header. Send a unique key (a UUID is recommended) and reuse it when you retry.',
   },
   'idempotency-key-invalid': {
     status: 400,
     title: 'Idempotency-Key is invalid',
-    detail: 'The Idempotency-Key header is not a valid key. Send a string of 1 to 255 visible ASCII characters, for example a UUID.',
+    detail:
+      'The Idempotency-Key header is not a valid key. Send a string of 1 to 255 visible ASCII characters, for example a UUID.',
   },
   'idempotency-key-reused': {
     status: 422,
     title: 'Idempotency-Key is already used',
-    detail: 'This Idempotency-Key was already used with a different request payload for this operation. Use a new key for a new request.',
+    detail:
+      'This Idempotency-Key was already used with a different request payload for this operation. Use a new key for a new request.',
   },
   'idempotency-request-in-progress': {
     status: 409,
     title: 'A request is outstanding for this Idempotency-Key',
-    detail: 'A request with the same Idempotency-Key for the same operation is still being processed. Retry later with the same key and the same payload.',
+    detail:
+      'A request with the same Idempotency-Key for the same operation is still being processed. Retry later with the same key and the same payload.',
   },
   'idempotency-store-unavailable': {
     status: 503,
     title: 'Idempotency store unavailable',
-    detail: 'The idempotency store could not be reached to check this Idempotency-Key or to record the outcome. Retry later with the same key and the same payload: the retry answers with the outcome of this request, and never processes it twice.',
+    detail:
+      'The idempotency store could not be reached to check this Idempotency-Key or to record the outcome. Retry later with the same key and the same payload: the retry answers with the outcome of this request, and never processes it twice.',
   },
   'idempotency-replay-unavailable': {
     status: 409,
     title: 'Original response cannot be replayed',
-    detail: 'The request with this Idempotency-Key was completed, but its response could not be stored (too large, streamed, or never rendered). Do not retry: look the result up instead.',
+    detail:
+      'The request with this Idempotency-Key was completed, but its response could not be stored (too large, streamed, or never rendered). Do not retry: look the result up instead.',
   },
   'idempotency-outcome-unknown': {
     status: 500,
     title: 'Outcome of the original request is unknown',
-    detail: 'The original request with this Idempotency-Key stopped before it finished, and whether it took effect is unknown. Check the resource before you send a new request with a new key.',
+    detail:
+      'The original request with this Idempotency-Key stopped before it finished, and whether it took effect is unknown. Check the resource before you send a new request with a new key.',
   },
   'idempotency-scope-unresolved': {
     status: 500,
     title: 'Idempotency scope cannot be resolved',
-    detail: 'The server could not determine whom this Idempotency-Key belongs to. This is a server configuration error.',
+    detail:
+      'The server could not determine whom this Idempotency-Key belongs to. This is a server configuration error.',
   },
   'idempotency-request-too-large': {
     status: 413,
     title: 'Request too large for an Idempotency-Key',
-    detail: 'The request body is larger than this operation accepts with an Idempotency-Key. It was not processed; send a smaller request.',
+    detail:
+      'The request body is larger than this operation accepts with an Idempotency-Key. It was not processed; send a smaller request.',
   },
   'idempotency-record-unreadable': {
     status: 500,
     title: 'Idempotency record cannot be read',
-    detail: 'A request with this Idempotency-Key was already processed, but its stored result cannot be read. It is neither replayed nor processed again. This is a server error.',
+    detail:
+      'A request with this Idempotency-Key was already processed, but its stored result cannot be read. It is neither replayed nor processed again. This is a server error.',
   },
 };
 

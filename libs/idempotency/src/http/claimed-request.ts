@@ -16,7 +16,12 @@ import { forcedOutcomeOf } from '../errors/idempotency-outcome.exceptions.js';
 import type { IdempotencyProblemException, IdempotencyProblemKind } from '../errors/idempotency.exceptions.js';
 import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { isHeadersSentError, renderHandlerOutcome, statusOfOutcome, type RouteResponseState } from './handler-response.js';
+import {
+  isHeadersSentError,
+  renderHandlerOutcome,
+  statusOfOutcome,
+  type RouteResponseState,
+} from './handler-response.js';
 import { HandlerSettlement } from './handler-settlement.js';
 import { setHeader, type HttpRequest, type HttpResponse } from './http-request.js';
 import { notRunProblemKind, problemResponse, type ProblemOptions } from './problem-responses.js';
@@ -77,7 +82,9 @@ export function runClaimedRequest(
     if (settlement.written(captured) === 'early') return undefined;
     const result = await executed.promise;
     return result.kind === 'replaced'
-      ? problemResponse(createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds }))
+      ? problemResponse(
+          createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds }),
+        )
       : undefined;
   });
   // The client may have gone while the claim was being made: 'close' has fired already.
@@ -90,7 +97,10 @@ export function runClaimedRequest(
     if (settlement.answeredEarly && handlerWrites && (outcome.ok || isHeadersSentError(outcome.error))) {
       // A `@Res()` handler whose response an outer layer pre-empted: what it did stands, but
       // there are no bytes of its own to replay (docs/contract.md B.7 rule 17a, last case).
-      return toStored({ ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true }, ownHeaders);
+      return toStored(
+        { ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true },
+        ownHeaders,
+      );
     }
     const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
     const status = statusOfOutcome(outcome, routeAtSettlement);
@@ -129,12 +139,16 @@ export function runClaimedRequest(
         return recordOf(first.outcome ?? (await ran));
       },
       // Read once the handler settled, so a thrown error's forced outcome counts.
-      override: (settled) => idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
+      override: (settled) =>
+        idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
     })
     .then((result) => {
       executed.resolve(result);
       if (result.kind === 'not-run') {
-        const problem = createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds });
+        const problem = createProblem(notRunProblemKind(result.reason), {
+          echo,
+          retryAfterSeconds: result.retryAfterSeconds,
+        });
         handled.resolve({ ok: false, error: problem });
       }
     })
@@ -165,10 +179,15 @@ function toStored(captured: CapturedResponse, ownHeaders: ReadonlySet<string>): 
  * The status and headers the response carries now, for rendering the handler's outcome; without
  * the `Content-*` headers when another answer has been written over them.
  */
-function routeResponseState(response: HttpResponse, raw: ServerResponse, withoutRepresentation = false): RouteResponseState {
+function routeResponseState(
+  response: HttpResponse,
+  raw: ServerResponse,
+  withoutRepresentation = false,
+): RouteResponseState {
   const reply = response as { getHeaders?: () => OutgoingHttpHeaders };
   let headers: OutgoingHttpHeaders = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
-  if (withoutRepresentation) headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-/i.test(name)));
+  if (withoutRepresentation)
+    headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-/i.test(name)));
   return { statusCode: raw.statusCode, headers, platform: response.raw ? 'fastify' : 'express' };
 }
 

@@ -58,7 +58,12 @@ function renderError(error: unknown): CapturedResponse {
     const body = typeof response === 'object' && response !== null ? response : { statusCode, message: response };
     return { statusCode, headers, body: Buffer.from(safeJson(body, statusCode)), bodyOmitted: false };
   }
-  return { statusCode: 500, headers, body: Buffer.from(safeJson({ statusCode: 500, message: 'Internal server error' }, 500)), bodyOmitted: false };
+  return {
+    statusCode: 500,
+    headers,
+    body: Buffer.from(safeJson({ statusCode: 500, message: 'Internal server error' }, 500)),
+    bodyOmitted: false,
+  };
 }
 
 function safeJson(body: unknown, statusCode: number): string {

@@ -5,7 +5,11 @@ const compat: KeyRules = { keySyntax: 'compat', minKeyLength: 1, maxKeyLength: 2
 const strict: KeyRules = { ...compat, keySyntax: 'sf-string' };
 
 /** Printable ASCII (%x20-7E): what an RFC 9651 String may hold. */
-const printable = fc.string({ unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)), minLength: 1, maxLength: 255 });
+const printable = fc.string({
+  unit: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)),
+  minLength: 1,
+  maxLength: 255,
+});
 /** What compat mode takes bare: %x21-7E except DQUOTE, backslash and comma. */
 const rawChar = fc
   .integer({ min: 0x21, max: 0x7e })
@@ -51,22 +55,33 @@ describe('parseIdempotencyKey properties', () => {
 
   it('length bounds: too_long above the maximum, too_short below the minimum, valid in between', () => {
     fc.assert(
-      fc.property(rawKey, fc.integer({ min: 1, max: 300 }), fc.integer({ min: 0, max: 300 }), (key, minKeyLength, extra) => {
-        const rules: KeyRules = { keySyntax: 'compat', minKeyLength, maxKeyLength: minKeyLength + extra };
-        const parsed = parseIdempotencyKey(key, rules);
-        if (key.length > rules.maxKeyLength) expect(parsed).toEqual({ kind: 'invalid', reason: 'too_long' });
-        else if (key.length < minKeyLength) expect(parsed).toEqual({ kind: 'invalid', reason: 'too_short' });
-        else expect(parsed).toEqual({ kind: 'valid', key });
-      }),
+      fc.property(
+        rawKey,
+        fc.integer({ min: 1, max: 300 }),
+        fc.integer({ min: 0, max: 300 }),
+        (key, minKeyLength, extra) => {
+          const rules: KeyRules = { keySyntax: 'compat', minKeyLength, maxKeyLength: minKeyLength + extra };
+          const parsed = parseIdempotencyKey(key, rules);
+          if (key.length > rules.maxKeyLength) expect(parsed).toEqual({ kind: 'invalid', reason: 'too_long' });
+          else if (key.length < minKeyLength) expect(parsed).toEqual({ kind: 'invalid', reason: 'too_short' });
+          else expect(parsed).toEqual({ kind: 'valid', key });
+        },
+      ),
     );
   });
 
   it('total: any field, any unicode, never throws; a valid key is 1 to 255 printable ASCII characters', () => {
-    const field = fc.oneof(fc.string({ unit: 'binary' }), fc.string(), fc.array(fc.string({ unit: 'binary' }), { maxLength: 3 }), fc.constant(undefined));
+    const field = fc.oneof(
+      fc.string({ unit: 'binary' }),
+      fc.string(),
+      fc.array(fc.string({ unit: 'binary' }), { maxLength: 3 }),
+      fc.constant(undefined),
+    );
     fc.assert(
       fc.property(field, fc.constantFrom(compat, strict), (value, rules) => {
         const parsed = parseIdempotencyKey(value, rules);
-        if (parsed.kind === 'missing') expect(value === undefined || (Array.isArray(value) && value.length === 0)).toBe(true);
+        if (parsed.kind === 'missing')
+          expect(value === undefined || (Array.isArray(value) && value.length === 0)).toBe(true);
         if (parsed.kind === 'valid') {
           expect(parsed.key.length).toBeGreaterThanOrEqual(1);
           expect(parsed.key.length).toBeLessThanOrEqual(255);
@@ -79,9 +94,13 @@ describe('parseIdempotencyKey properties', () => {
 
   it('several field lines never yield a key: a key sent twice is a syntax error, not a silent pick', () => {
     fc.assert(
-      fc.property(fc.array(fc.oneof(rawKey, printable.map(quote)), { minLength: 2, maxLength: 4 }), fc.constantFrom(compat, strict), (lines, rules) => {
-        expect(parseIdempotencyKey(lines, rules).kind).toBe('invalid');
-      }),
+      fc.property(
+        fc.array(fc.oneof(rawKey, printable.map(quote)), { minLength: 2, maxLength: 4 }),
+        fc.constantFrom(compat, strict),
+        (lines, rules) => {
+          expect(parseIdempotencyKey(lines, rules).kind).toBe('invalid');
+        },
+      ),
     );
   });
 });

@@ -57,9 +57,7 @@ export type InvalidKeyReason = 'syntax' | 'empty' | 'too_long' | 'too_short' | '
  * @publicApi
  */
 export type ParsedKey =
-  | { kind: 'missing' }
-  | { kind: 'valid'; key: string }
-  | { kind: 'invalid'; reason: InvalidKeyReason };
+  { kind: 'missing' } | { kind: 'valid'; key: string } | { kind: 'invalid'; reason: InvalidKeyReason };
 
 const MISSING: ParsedKey = Object.freeze({ kind: 'missing' });
 const INVALID: Readonly<Record<InvalidKeyReason, ParsedKey>> = Object.freeze({

@@ -72,7 +72,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     const echo = policy.echoKey ? receivedKey(request) : undefined;
     if (bodyBytesOf(request) > policy.maxFingerprintedBodyBytes) {
-      throw this.createProblem('idempotency-request-too-large', { echo, extensions: { maxBytes: policy.maxFingerprintedBodyBytes } });
+      throw this.createProblem('idempotency-request-too-large', {
+        echo,
+        extensions: { maxBytes: policy.maxFingerprintedBodyBytes },
+      });
     }
     const scope = await this.getScope(request, policy, parsed.key);
     const fingerprint = await this.getFingerprint(request, policy, scope);
@@ -86,7 +89,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         labels: { operation: scope.operation, tenant: scope.tenant },
       });
     } catch (error) {
-      if (error instanceof IdempotencyRecordUnreadableError) throw this.createProblem('idempotency-record-unreadable', { echo });
+      if (error instanceof IdempotencyRecordUnreadableError)
+        throw this.createProblem('idempotency-record-unreadable', { echo });
       if (!(error instanceof IdempotencyStoreError)) throw error;
       // The engine has logged the store error; fail-open is one more event worth a line.
       if (policy.onStoreError === 'fail-open') {
@@ -110,7 +114,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'mismatch':
         throw this.createProblem('idempotency-key-reused', { echo, status: policy.mismatchStatus });
       case 'in-progress':
-        throw this.createProblem('idempotency-request-in-progress', { echo, retryAfterSeconds: begun.retryAfterSeconds });
+        throw this.createProblem('idempotency-request-in-progress', {
+          echo,
+          retryAfterSeconds: begun.retryAfterSeconds,
+        });
       case 'replay-unavailable':
         throw this.createProblem('idempotency-replay-unavailable', {
           echo,
@@ -173,7 +180,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (typeof option === 'function') return customFingerprint(option, request, scope);
     const body = await this.bodyReader.read(request, policy, scope.operation, () => {
       const echo = policy.echoKey ? receivedKey(request) : undefined;
-      return this.createProblem('idempotency-request-too-large', { echo, extensions: { maxBytes: policy.maxFingerprintedBodyBytes } });
+      return this.createProblem('idempotency-request-too-large', {
+        echo,
+        extensions: { maxBytes: policy.maxFingerprintedBodyBytes },
+      });
     });
     return computeFingerprint(fingerprintInputOf(request, option, scope, body));
   }
@@ -191,10 +201,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
    *   return response;
    * }
    */
-  protected replay(stored: StoredResponse, policy: ResolvedPolicy, echo: string | undefined, replayed: boolean): Response {
+  protected replay(
+    stored: StoredResponse,
+    policy: ResolvedPolicy,
+    echo: string | undefined,
+    replayed: boolean,
+  ): Response {
     const body = stored.body ?? Buffer.alloc(0);
     const headers = [...replayedHeaders(stored, policy, echo, replayed)];
-    return new Response(hasNullBody(stored.statusCode) || body.length === 0 ? null : body, { status: stored.statusCode, headers });
+    return new Response(hasNullBody(stored.statusCode) || body.length === 0 ? null : body, {
+      status: stored.statusCode,
+      headers,
+    });
   }
 
   /**

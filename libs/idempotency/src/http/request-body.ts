@@ -100,11 +100,18 @@ async function uploadsOf(request: BodyCarrier): Promise<VisibleBody> {
 function streamOf(request: BodyCarrier): RequestStream | undefined {
   const candidate = isStream(request.raw) ? request.raw : request;
   // Only a Node request says when its body has fully arrived (`complete`), which putting the body back relies on.
-  return isStream(candidate) && typeof (candidate as RequestStream).complete === 'boolean' ? (candidate as RequestStream) : undefined;
+  return isStream(candidate) && typeof (candidate as RequestStream).complete === 'boolean'
+    ? (candidate as RequestStream)
+    : undefined;
 }
 
 function isStream(value: unknown): value is RequestStream {
-  return value !== null && typeof value === 'object' && typeof (value as RequestStream).read === 'function' && typeof (value as RequestStream).unshift === 'function';
+  return (
+    value !== null &&
+    typeof value === 'object' &&
+    typeof (value as RequestStream).read === 'function' &&
+    typeof (value as RequestStream).unshift === 'function'
+  );
 }
 
 /** Upload interceptors (multer, Nest's Fastify ones) give the fields an object without a prototype. */

@@ -55,7 +55,7 @@ export function fingerprintInputOf(
     contentType,
     body: body.bytes,
     parsedBody: body.parsed,
-    headers: (option.headers ?? []).map((name) => [name, (firstHeader(request.headers[name]) ?? '')] as [string, string]),
+    headers: (option.headers ?? []).map((name) => [name, firstHeader(request.headers[name]) ?? ''] as [string, string]),
     extra: scope.fingerprintExtras,
     json: option.json,
   };
@@ -73,7 +73,12 @@ export class FingerprintBodyReader {
   constructor(private readonly logger: Logger) {}
 
   /** `tooLarge` is the error thrown when an unread body outgrows `maxFingerprintedBodyBytes`. */
-  async read(request: HttpRequest, policy: ResolvedPolicy, operation: string, tooLarge: () => Error): Promise<FingerprintedBody> {
+  async read(
+    request: HttpRequest,
+    policy: ResolvedPolicy,
+    operation: string,
+    tooLarge: () => Error,
+  ): Promise<FingerprintedBody> {
     let visible: VisibleBody;
     try {
       visible = await readVisibleBody(request as unknown as BodyCarrier, policy.maxFingerprintedBodyBytes);
@@ -82,7 +87,7 @@ export class FingerprintBodyReader {
       if (!(error instanceof RequestBodyNotVisibleError || error instanceof UploadedFileNotVisibleError)) throw error;
       const message =
         `@Idempotent() ${operation}: the request body cannot be fingerprinted: ${error.message}. ` +
-        'Let the idempotency interceptor read the body first (write @Idempotent() below that layer\'s @UseInterceptors()), ' +
+        "Let the idempotency interceptor read the body first (write @Idempotent() below that layer's @UseInterceptors()), " +
         'create the app with NestFactory.create(AppModule, { rawBody: true }), store uploads in memory or on disk, ' +
         'or give the route a fingerprint function.';
       this.logger.error(message);

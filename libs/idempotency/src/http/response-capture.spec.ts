@@ -3,7 +3,10 @@ import type { AddressInfo } from 'node:net';
 import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 
 /** A real HTTP server whose handler writes through a ResponseCapture, and a client reading it. */
-async function serve(write: (res: ServerResponse) => void, onEnd: (captured: CapturedResponse) => Promise<ReplacementResponse | void>) {
+async function serve(
+  write: (res: ServerResponse) => void,
+  onEnd: (captured: CapturedResponse) => Promise<ReplacementResponse | void>,
+) {
   const server: Server = createServer((_req, res) => {
     new ResponseCapture(res, 1024, onEnd);
     write(res);
@@ -15,7 +18,9 @@ async function serve(write: (res: ServerResponse) => void, onEnd: (captured: Cap
       request({ port, host: '127.0.0.1', path: '/' }, (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+        res.on('end', () =>
+          resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString() }),
+        );
       })
         .on('error', reject)
         .end();
@@ -44,23 +49,37 @@ describe('ResponseCapture', () => {
         captured = c;
       },
     );
-    expect(captured).toMatchObject({ statusCode: 201, bodyOmitted: false, headers: { 'x-set': 'a', 'content-type': 'application/json', location: '/orders/1' } });
+    expect(captured).toMatchObject({
+      statusCode: 201,
+      bodyOmitted: false,
+      headers: { 'x-set': 'a', 'content-type': 'application/json', location: '/orders/1' },
+    });
     expect(captured!.body!.toString()).toBe('{"id":1}');
     expect(res).toMatchObject({ status: 201, body: '{"id":1}', headers: { location: '/orders/1', 'x-set': 'a' } });
   });
 
   it.each([
-    ['set on the response (Express)', (raw: ServerResponse) => {
-      raw.setHeader('Access-Control-Allow-Origin', '*');
-      raw.setHeader('Content-Type', 'application/json');
-      raw.setHeader('Location', '/orders/1');
-      raw.statusCode = 201;
-      raw.end('{"id":1}');
-    }],
-    ['handed to writeHead (Fastify)', (raw: ServerResponse) => {
-      raw.writeHead(201, { 'Access-Control-Allow-Origin': '*', 'Content-Type': 'application/json', Location: '/orders/1' });
-      raw.end('{"id":1}');
-    }],
+    [
+      'set on the response (Express)',
+      (raw: ServerResponse) => {
+        raw.setHeader('Access-Control-Allow-Origin', '*');
+        raw.setHeader('Content-Type', 'application/json');
+        raw.setHeader('Location', '/orders/1');
+        raw.statusCode = 201;
+        raw.end('{"id":1}');
+      },
+    ],
+    [
+      'handed to writeHead (Fastify)',
+      (raw: ServerResponse) => {
+        raw.writeHead(201, {
+          'Access-Control-Allow-Origin': '*',
+          'Content-Type': 'application/json',
+          Location: '/orders/1',
+        });
+        raw.end('{"id":1}');
+      },
+    ],
   ])('a replacement keeps cross-cutting headers %s and drops the representation it replaces', async (_how, write) => {
     const res = await serve(write, async () => replacement);
     expect(res.status).toBe(503);

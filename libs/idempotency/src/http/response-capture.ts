@@ -113,7 +113,9 @@ export class ResponseCapture {
       if (replacement && !this.overflowed && !this.raw.headersSent) {
         // The representation is replaced; CORS and other cross-cutting headers stay, whether they
         // were set on the response (Express) or handed to writeHead (Fastify).
-        const passed = Object.entries(this.headersPassedToWriteHead()).filter(([name]) => !REPRESENTATION_HEADER.test(name));
+        const passed = Object.entries(this.headersPassedToWriteHead()).filter(
+          ([name]) => !REPRESENTATION_HEADER.test(name),
+        );
         this.chunks = [];
         this.headArgs = undefined;
         for (const name of this.raw.getHeaderNames()) if (REPRESENTATION_HEADER.test(name)) this.raw.removeHeader(name);

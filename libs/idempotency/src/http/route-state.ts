@@ -39,7 +39,10 @@ export class RouteStates {
     if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
     let state = byHandler.get(handler);
     if (state === undefined) {
-      const options: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [handler, controller]);
+      const options: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [
+        handler,
+        controller,
+      ]);
       state = options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
       byHandler.set(handler, state);
     }

@@ -31,7 +31,8 @@ export function replayedHeaders(
   }
   if (!hasNullBody(stored.statusCode)) headers.set('content-length', String(stored.body?.length ?? 0));
   if (echo !== undefined) headers.set(IDEMPOTENCY_KEY_HEADER.toLowerCase(), echo);
-  if (replayed || policy.replayHeader.onFresh) headers.set(policy.replayHeader.name.toLowerCase(), replayMarker(policy, replayed));
+  if (replayed || policy.replayHeader.onFresh)
+    headers.set(policy.replayHeader.name.toLowerCase(), replayMarker(policy, replayed));
   return headers;
 }
 
@@ -45,7 +46,12 @@ export function replayMarker(policy: ResolvedPolicy, replayed: boolean): string 
  * Writes an answer to the response directly (Fastify's reply or Express's `ServerResponse`).
  * Nest then finds the response sent and adds nothing to it.
  */
-export function writeAnswer(response: HttpResponse, status: number, headers: Iterable<[string, string]>, body: Buffer): void {
+export function writeAnswer(
+  response: HttpResponse,
+  status: number,
+  headers: Iterable<[string, string]>,
+  body: Buffer,
+): void {
   const reply = response as HttpResponse & { code?: (s: number) => unknown; send?: (b: unknown) => unknown };
   if (reply.raw && reply.code && reply.send) {
     reply.code(status);

@@ -1,5 +1,11 @@
 import { once } from 'node:events';
-import { createServer, request as httpRequest, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  request as httpRequest,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isUnread, readUnreadBody, UnreadBodyTooLargeError } from './unread-body.js';
 
@@ -46,7 +52,8 @@ describe('readUnreadBody', () => {
   }
 
   const body = Buffer.concat([Buffer.from('--x\r\n'), Buffer.alloc(200_000, 0x61), Buffer.from([0x00, 0xff])]);
-  const chunksOf = (data: Buffer, size: number) => Array.from({ length: Math.ceil(data.length / size) }, (_, i) => data.subarray(i * size, (i + 1) * size));
+  const chunksOf = (data: Buffer, size: number) =>
+    Array.from({ length: Math.ceil(data.length / size) }, (_, i) => data.subarray(i * size, (i + 1) * size));
 
   it('reads a chunked body that arrives in pieces and puts it back for a reader that listens for data', async () => {
     handle = async (req, res) => {

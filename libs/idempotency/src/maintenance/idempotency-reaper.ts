@@ -1,4 +1,11 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown, Optional } from '@nestjs/common';
+import {
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+  type OnApplicationShutdown,
+  Optional,
+} from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from '../interfaces/idempotency-module-options.interface.js';
 import { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';

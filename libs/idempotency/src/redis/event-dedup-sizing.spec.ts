@@ -7,7 +7,12 @@ describe('sizeEventDeduplicator', () => {
   });
 
   it('gives each bucket the Bloom filter that keeps a check of all of them under the target rate', () => {
-    const sizing = sizeEventDeduplicator({ expectedEventsPerSecond: 100, windowMs: 10_000, buckets: 1, falsePositiveRate: 0.01 });
+    const sizing = sizeEventDeduplicator({
+      expectedEventsPerSecond: 100,
+      windowMs: 10_000,
+      buckets: 1,
+      falsePositiveRate: 0.01,
+    });
     // n = 1000 ids per bucket, 2 buckets read: each may err with p_b = 1 - 0.99^(1/2).
     const perBucket = 1 - Math.sqrt(0.99);
     expect(sizing.eventsPerBucket).toBe(1000);
@@ -18,12 +23,20 @@ describe('sizeEventDeduplicator', () => {
     expect(sizing.falsePositiveRate).toBeGreaterThan(0.009);
   });
 
-  it.each([0.1, 0.01, 0.001, 0.0001])('meets a target rate of %p with about 1.44·log2(1/p) bits per id per bucket read', (target) => {
-    const sizing = sizeEventDeduplicator({ expectedEventsPerSecond: 5_000, windowMs: 3_600_000, buckets: 6, falsePositiveRate: target });
-    expect(sizing.falsePositiveRate).toBeLessThanOrEqual(target * 1.02);
-    const perBucket = 1 - (1 - target) ** (1 / 7);
-    expect(sizing.bitsPerBucket / sizing.eventsPerBucket).toBeCloseTo(-Math.log2(perBucket) / Math.LN2, 2);
-  });
+  it.each([0.1, 0.01, 0.001, 0.0001])(
+    'meets a target rate of %p with about 1.44·log2(1/p) bits per id per bucket read',
+    (target) => {
+      const sizing = sizeEventDeduplicator({
+        expectedEventsPerSecond: 5_000,
+        windowMs: 3_600_000,
+        buckets: 6,
+        falsePositiveRate: target,
+      });
+      expect(sizing.falsePositiveRate).toBeLessThanOrEqual(target * 1.02);
+      const perBucket = 1 - (1 - target) ** (1 / 7);
+      expect(sizing.bitsPerBucket / sizing.eventsPerBucket).toBeCloseTo(-Math.log2(perBucket) / Math.LN2, 2);
+    },
+  );
 
   it('memory grows with the rate and the window, and is reported per id remembered', () => {
     const base = sizeEventDeduplicator({ expectedEventsPerSecond: 1_000, windowMs: 600_000 });
@@ -37,10 +50,16 @@ describe('sizeEventDeduplicator', () => {
   });
 
   it('refuses impossible input, and buckets larger than a Redis string', () => {
-    expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 0, windowMs: 1000 })).toThrow(/expectedEventsPerSecond/);
+    expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 0, windowMs: 1000 })).toThrow(
+      /expectedEventsPerSecond/,
+    );
     expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 1, windowMs: 0 })).toThrow(/windowMs/);
-    expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 1, windowMs: 1000, falsePositiveRate: 1 })).toThrow(/falsePositiveRate/);
+    expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 1, windowMs: 1000, falsePositiveRate: 1 })).toThrow(
+      /falsePositiveRate/,
+    );
     expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 1, windowMs: 1000, buckets: 0 })).toThrow(/buckets/);
-    expect(() => sizeEventDeduplicator({ expectedEventsPerSecond: 10_000_000, windowMs: 86_400_000, buckets: 1 })).toThrow(/2\^32/);
+    expect(() =>
+      sizeEventDeduplicator({ expectedEventsPerSecond: 10_000_000, windowMs: 86_400_000, buckets: 1 }),
+    ).toThrow(/2\^32/);
   });
 });

@@ -61,9 +61,12 @@ export function sizeEventDeduplicator(input: EventDedupSizingInput): EventDedupS
   const { expectedEventsPerSecond: rate, windowMs } = input;
   const buckets = input.buckets ?? 6;
   const target = input.falsePositiveRate ?? 0.01;
-  if (!(Number.isFinite(rate) && rate > 0)) throw new RangeError(`expectedEventsPerSecond must be a positive number (got ${rate})`);
-  if (!(Number.isInteger(windowMs) && windowMs >= 1)) throw new RangeError(`windowMs must be a positive integer (got ${windowMs})`);
-  if (!(Number.isInteger(buckets) && buckets >= 1 && buckets <= 64)) throw new RangeError(`buckets must be an integer from 1 to 64 (got ${buckets})`);
+  if (!(Number.isFinite(rate) && rate > 0))
+    throw new RangeError(`expectedEventsPerSecond must be a positive number (got ${rate})`);
+  if (!(Number.isInteger(windowMs) && windowMs >= 1))
+    throw new RangeError(`windowMs must be a positive integer (got ${windowMs})`);
+  if (!(Number.isInteger(buckets) && buckets >= 1 && buckets <= 64))
+    throw new RangeError(`buckets must be an integer from 1 to 64 (got ${buckets})`);
   if (!(target > 0 && target < 1)) throw new RangeError(`falsePositiveRate must be between 0 and 1 (got ${target})`);
   const bucketMs = Math.ceil(windowMs / buckets);
   const bucketsChecked = buckets + 1;

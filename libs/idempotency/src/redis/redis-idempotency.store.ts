@@ -181,13 +181,23 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     checkResponse(response);
     const stored = encodeResponse(response);
     const reply = await this.send('complete', key, (run, k) =>
-      run.idempotencyComplete(k, ownerToken, response.statusCode, stored.headers, stored.flags, stored.body, this.channelOf(key)),
+      run.idempotencyComplete(
+        k,
+        ownerToken,
+        response.statusCode,
+        stored.headers,
+        stored.flags,
+        stored.body,
+        this.channelOf(key),
+      ),
     );
     return decodeFlagReply(reply, this.context('complete', key));
   }
 
   async release(key: string, ownerToken: string): Promise<boolean> {
-    const reply = await this.send('release', key, (run, k) => run.idempotencyRelease(k, ownerToken, this.channelOf(key)));
+    const reply = await this.send('release', key, (run, k) =>
+      run.idempotencyRelease(k, ownerToken, this.channelOf(key)),
+    );
     return decodeFlagReply(reply, this.context('release', key));
   }
 
@@ -256,7 +266,9 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
 
   override async forceDelete(key: string, scope: ForceDeleteScope = 'in-progress'): Promise<boolean> {
     checkForceDeleteScope(scope);
-    const reply = await this.send('forceDelete', key, (run, k) => run.idempotencyForceDelete(k, scope, this.channelOf(key)));
+    const reply = await this.send('forceDelete', key, (run, k) =>
+      run.idempotencyForceDelete(k, scope, this.channelOf(key)),
+    );
     return decodeFlagReply(reply, this.context('forceDelete', key));
   }
 

@@ -29,7 +29,10 @@ describe('response packing (Redis record compression)', () => {
 
   it('keeps binary bodies and non-ASCII headers byte for byte', () => {
     const binary = Buffer.from(Array.from({ length: 600 }, (_, i) => (i * 7) % 256));
-    const headers = JSON.stringify({ 'content-disposition': 'attachment; filename="reçu ✓.pdf"', 'x-pad': 'a'.repeat(200) });
+    const headers = JSON.stringify({
+      'content-disposition': 'attachment; filename="reçu ✓.pdf"',
+      'x-pad': 'a'.repeat(200),
+    });
     const { headers: h, body } = unpackResponse(packResponse(headers, binary)!);
     expect(h.toString('utf8')).toBe(headers);
     expect(body.equals(binary)).toBe(true);
@@ -46,7 +49,12 @@ describe('response packing (Redis record compression)', () => {
   });
 
   it('packs a response without a body', () => {
-    const headers = JSON.stringify({ location: `/orders/${'5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00'}`, 'cache-control': 'no-store', 'content-language': 'en', 'x-powered-by': 'Express' });
+    const headers = JSON.stringify({
+      location: `/orders/${'5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00'}`,
+      'cache-control': 'no-store',
+      'content-language': 'en',
+      'x-powered-by': 'Express',
+    });
     const { headers: h, body } = unpackResponse(packResponse(headers, undefined)!);
     expect(h.toString('utf8')).toBe(headers);
     expect(body).toHaveLength(0);

@@ -61,7 +61,10 @@ export function packResponse(headersJson: string, body: Buffer | undefined): Buf
   if (plainBytes < MIN_PACKED_INPUT_BYTES) return undefined;
   const prefix = Buffer.alloc(HEADERS_LENGTH_BYTES);
   prefix.writeUInt32BE(headers.length);
-  const packed = deflateRawSync(Buffer.concat([prefix, headers, bodyBytes]), { ...ZLIB_OPTIONS, chunkSize: chunkSizeFor(plainBytes) });
+  const packed = deflateRawSync(Buffer.concat([prefix, headers, bodyBytes]), {
+    ...ZLIB_OPTIONS,
+    chunkSize: chunkSizeFor(plainBytes),
+  });
   return packed.length < plainBytes ? packed : undefined;
 }
 

@@ -76,10 +76,13 @@ export class IdempotencyCipher {
     const fail = (message: string): never => {
       throw new IdempotencyConfigurationError(`encryption: ${message}`);
     };
-    if (!options || !Array.isArray(options.keys) || options.keys.length === 0) fail('`keys` must list at least one key.');
+    if (!options || !Array.isArray(options.keys) || options.keys.length === 0)
+      fail('`keys` must list at least one key.');
     for (const { id, key } of options.keys) {
-      if (typeof id !== 'string' || !KEY_ID.test(id)) fail(`key id ${JSON.stringify(id)} must be 1 to 64 characters of A-Z a-z 0-9 . _ -.`);
-      if (!Buffer.isBuffer(key) || key.length !== KEY_BYTES) fail(`key "${id}" must be a Buffer of ${KEY_BYTES} bytes (AES-256).`);
+      if (typeof id !== 'string' || !KEY_ID.test(id))
+        fail(`key id ${JSON.stringify(id)} must be 1 to 64 characters of A-Z a-z 0-9 . _ -.`);
+      if (!Buffer.isBuffer(key) || key.length !== KEY_BYTES)
+        fail(`key "${id}" must be a Buffer of ${KEY_BYTES} bytes (AES-256).`);
       if (this.keys.has(id)) fail(`key id "${id}" appears twice.`);
       this.keys.set(id, Buffer.from(key));
     }
@@ -103,11 +106,18 @@ export class IdempotencyCipher {
   open(recordId: string, stored: StoredResponse): StoredResponse {
     if (!isSealedBody(stored.body)) {
       if (this.acceptUnencrypted) return stored;
-      throw new IdempotencyRecordUnreadableError('the stored response is not encrypted, and encryption is required', 'not-encrypted');
+      throw new IdempotencyRecordUnreadableError(
+        'the stored response is not encrypted, and encryption is required',
+        'not-encrypted',
+      );
     }
     const { keyId, iv, tag, ciphertext } = parseEnvelope(stored.body!);
     const key = this.keys.get(keyId);
-    if (!key) throw new IdempotencyRecordUnreadableError(`the stored response is encrypted with key "${keyId}", which is not in the key ring`, 'unknown-key');
+    if (!key)
+      throw new IdempotencyRecordUnreadableError(
+        `the stored response is encrypted with key "${keyId}", which is not in the key ring`,
+        'unknown-key',
+      );
     let plaintext: Buffer;
     try {
       const decipher = createDecipheriv(ALGORITHM, key, iv);
@@ -115,7 +125,10 @@ export class IdempotencyCipher {
       decipher.setAuthTag(tag);
       plaintext = Buffer.concat([decipher.update(ciphertext), decipher.final()]);
     } catch {
-      throw new IdempotencyRecordUnreadableError('the stored response does not verify: it was altered or belongs to another record', 'not-authentic');
+      throw new IdempotencyRecordUnreadableError(
+        'the stored response does not verify: it was altered or belongs to another record',
+        'not-authentic',
+      );
     }
     return decodePlaintext(stored.statusCode, plaintext);
   }

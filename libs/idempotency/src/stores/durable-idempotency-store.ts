@@ -1,5 +1,12 @@
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { PING_PROBE_ID, unsupported, type ClaimRequest, type ClaimResult, type ForceDeleteScope, type InProgressEntry } from './idempotency-store.js';
+import {
+  PING_PROBE_ID,
+  unsupported,
+  type ClaimRequest,
+  type ClaimResult,
+  type ForceDeleteScope,
+  type InProgressEntry,
+} from './idempotency-store.js';
 
 /**
  * A database transaction opened by the durable store for a `transactional` route. The handler
@@ -90,7 +97,11 @@ export abstract class DurableIdempotencyStore {
    * ours any more, rejects with `IdempotencyClaimLostError` before `work` runs. Commits when
    * `work` resolves, rolls back when it rejects (and rethrows).
    */
-  abstract transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T>;
+  abstract transaction<T>(
+    key: string,
+    ownerToken: string,
+    work: (transaction: DurableTransaction) => Promise<T>,
+  ): Promise<T>;
 
   /**
    * Deletes up to `batchSize` rows whose `expiresAtMs <= nowMs` (by default: the database's clock),

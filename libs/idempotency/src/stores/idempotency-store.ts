@@ -34,8 +34,7 @@ export interface ClaimRequest {
  * @publicApi
  */
 export type ClaimResult =
-  | { kind: 'claimed'; record: IdempotencyRecord }
-  | { kind: 'existing'; record: IdempotencyRecord; nowMs: number };
+  { kind: 'claimed'; record: IdempotencyRecord } | { kind: 'existing'; record: IdempotencyRecord; nowMs: number };
 
 /**
  * One `in_progress` record found by `listInProgress`: its storage id (a hash, never a raw key)

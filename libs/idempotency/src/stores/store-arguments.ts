@@ -79,7 +79,11 @@ export function checkRecord(record: IdempotencyRecord): void {
   }
   checkText('ownerToken', record.ownerToken);
   checkText('fingerprint', record.fingerprint);
-  if (!Number.isSafeInteger(record.fencingToken) || record.fencingToken < 1 || record.fencingToken > MAX_FENCING_TOKEN) {
+  if (
+    !Number.isSafeInteger(record.fencingToken) ||
+    record.fencingToken < 1 ||
+    record.fencingToken > MAX_FENCING_TOKEN
+  ) {
     throw new RangeError(`fencingToken must be an integer from 1 to 2^32 - 1, got ${record.fencingToken}`);
   }
   for (const name of ['createdAtMs', 'leaseExpiresAtMs', 'expiresAtMs'] as const) {

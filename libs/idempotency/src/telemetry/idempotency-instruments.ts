@@ -30,11 +30,19 @@ export function createInstruments(provider: MeterProvider): Instruments {
   return {
     claims: counter(names.claims, 'Claims that let the handler run (fresh or after a takeover)', '{claim}'),
     replays: counter(names.replays, 'Requests answered from a stored record', '{request}'),
-    conflicts: counter(names.conflicts, 'Requests refused: key reused with another payload, or original still in progress', '{request}'),
+    conflicts: counter(
+      names.conflicts,
+      'Requests refused: key reused with another payload, or original still in progress',
+      '{request}',
+    ),
     takeovers: counter(names.takeovers, 'Dead leases recovered (taken over, or stored as outcome unknown)', '{lease}'),
     lostLeases: counter(names.lostLeases, 'Claims fenced out by a newer claim; their result is not stored', '{lease}'),
     releases: counter(names.releases, 'Claims ended by freeing the key (the outcome is not stored)', '{claim}'),
-    failOpen: counter(names.failOpen, 'Requests run without idempotency because the store failed (fail-open)', '{request}'),
+    failOpen: counter(
+      names.failOpen,
+      'Requests run without idempotency because the store failed (fail-open)',
+      '{request}',
+    ),
     storeErrors: counter(names.storeErrors, 'Store calls that failed', '{error}'),
     storeDuration: meter.createHistogram(names.storeDuration, {
       description: 'Store call latency',

@@ -75,7 +75,9 @@ export const IDEMPOTENCY_SPAN_ATTRIBUTES = {
 } as const;
 
 /** Latency buckets in seconds: store calls take about a millisecond, handlers up to seconds. */
-export const DURATION_BUCKETS_SECONDS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+export const DURATION_BUCKETS_SECONDS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+];
 
 /** Size buckets in bytes, up to the default `maxStoredResponseBytes` (1 MiB). */
 export const RECORD_SIZE_BUCKETS_BYTES = [0, 256, 1024, 4096, 16_384, 65_536, 262_144, 1_048_576];

@@ -26,7 +26,8 @@ async function read(reader: MetricReader, name: string): Promise<Record<string, 
   for (const metric of resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics)) {
     if (metric.descriptor.name !== name) continue;
     for (const point of metric.dataPoints) {
-      out[JSON.stringify(point.attributes)] = typeof point.value === 'number' ? point.value : (point.value as { count: number }).count;
+      out[JSON.stringify(point.attributes)] =
+        typeof point.value === 'number' ? point.value : (point.value as { count: number }).count;
     }
   }
   return out;
@@ -67,7 +68,10 @@ describe('IdempotencyTelemetry', () => {
   });
 
   it("reports its instrumentation scope as the package's own name and version", async () => {
-    const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { name: string; version: string };
+    const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      name: string;
+      version: string;
+    };
     const telemetry = new IdempotencyTelemetry();
     const store = telemetry.instrumentStore(memoryStore(new MemoryIdempotencyStore()), 'fast');
     const { reader } = register();
@@ -95,7 +99,9 @@ describe('IdempotencyTelemetry', () => {
     const request = { ownerToken: 'o1', fingerprint: 'f', leaseMs: 1_000, ttlMs: 10_000 };
     await expect(store.claim('k', request)).rejects.toThrow(IdempotencyStoreError);
     await expect(store.claim('k', request)).rejects.toThrow('connection refused');
-    expect(await read(reader, IDEMPOTENCY_METRICS.storeErrors)).toEqual({ [JSON.stringify({ tier: 'durable', phase: 'claim' })]: 2 });
+    expect(await read(reader, IDEMPOTENCY_METRICS.storeErrors)).toEqual({
+      [JSON.stringify({ tier: 'durable', phase: 'claim' })]: 2,
+    });
   });
 
   it("does not count a transaction's failing work as a store error, but does count the transaction's own failure", async () => {
@@ -114,7 +120,9 @@ describe('IdempotencyTelemetry', () => {
     await expect(store.transaction('k', 'o', async () => 'ok')).resolves.toBe('ok');
     commitFails = true;
     await expect(store.transaction('k', 'o', async () => 'ok')).rejects.toThrow('commit failed');
-    expect(await read(reader, IDEMPOTENCY_METRICS.storeErrors)).toEqual({ [JSON.stringify({ tier: 'durable', phase: 'transaction' })]: 1 });
+    expect(await read(reader, IDEMPOTENCY_METRICS.storeErrors)).toEqual({
+      [JSON.stringify({ tier: 'durable', phase: 'transaction' })]: 1,
+    });
     // A transaction lasts as long as its handler: its latency is not a store latency.
     expect(await read(reader, IDEMPOTENCY_METRICS.storeDuration)).toEqual({});
   });

@@ -80,7 +80,8 @@ export class IdempotencyTelemetry {
         if (verdict.kind === 'claimed') span.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
         return verdict;
       } catch (error) {
-        if (error instanceof IdempotencyStoreError) this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
+        if (error instanceof IdempotencyStoreError)
+          this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
         throw error;
       }
     });
@@ -129,7 +130,11 @@ export class IdempotencyTelemetry {
   }
 
   /** The complete or release phase of a claim, in a span; a release that freed the key is counted. */
-  observeFinish(phase: 'complete' | 'release', claim: IdempotencyClaim, finish: () => Promise<FinishResult>): Promise<FinishResult> {
+  observeFinish(
+    phase: 'complete' | 'release',
+    claim: IdempotencyClaim,
+    finish: () => Promise<FinishResult>,
+  ): Promise<FinishResult> {
     return this.inSpan(IDEMPOTENCY_SPANS[phase], claim.scoped, async (span) => {
       const result = await finish();
       span.setAttribute(ATTR.outcome, result);
@@ -224,7 +229,11 @@ export class IdempotencyTelemetry {
       case 'claimed': {
         const { claim } = result;
         instruments.claims.add(1, { operation, tier, outcome: claim.tookOver ? 'takeover' : 'fresh' });
-        if (claim.tookOver) this.takeover(scoped, tier, 'taken_over', { fencing: claim.fencingToken, transactional: claim.policy.transactional });
+        if (claim.tookOver)
+          this.takeover(scoped, tier, 'taken_over', {
+            fencing: claim.fencingToken,
+            transactional: claim.policy.transactional,
+          });
         return;
       }
       case 'replay':
@@ -232,7 +241,11 @@ export class IdempotencyTelemetry {
         instruments.replays.add(1, { operation, outcome: result.kind === 'replay' ? 'replayed' : 'unavailable' });
         this.activeTracer()
           ?.startSpan(IDEMPOTENCY_SPANS.replay, {
-            attributes: { ...this.spanAttributes(scoped), [ATTR.statusCode]: result.response.statusCode, [ATTR.outcome]: result.kind },
+            attributes: {
+              ...this.spanAttributes(scoped),
+              [ATTR.statusCode]: result.response.statusCode,
+              [ATTR.outcome]: result.kind,
+            },
           })
           .end();
         return;
@@ -248,11 +261,18 @@ export class IdempotencyTelemetry {
     }
   }
 
-  private takeover(scoped: ScopedKey, tier: StoreTier, outcome: 'taken_over' | 'outcome_unknown', fields: Record<string, LogFieldValue>): void {
+  private takeover(
+    scoped: ScopedKey,
+    tier: StoreTier,
+    outcome: 'taken_over' | 'outcome_unknown',
+    fields: Record<string, LogFieldValue>,
+  ): void {
     const { operation, tenant } = this.labelsOf(scoped);
     this.instruments().takeovers.add(1, { operation, tier, outcome });
     const message = outcome === 'taken_over' ? 'takeover of a dead lease' : 'dead lease stored as outcome-unknown';
-    this.logger.warn(formatLogLine(message, { event: 'takeover', keyHash: scoped.id, tenant, operation, outcome, tier, ...fields }));
+    this.logger.warn(
+      formatLogLine(message, { event: 'takeover', keyHash: scoped.id, tenant, operation, outcome, tier, ...fields }),
+    );
   }
 
   private async observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
@@ -261,7 +281,8 @@ export class IdempotencyTelemetry {
     const measure = (outcome: 'ok' | 'error') => {
       const instruments = this.instruments();
       // A transaction's latency includes the handler: its spans tell that story, the histogram does not.
-      if (phase !== 'transaction') instruments.storeDuration.record((performance.now() - startedAt) / 1000, { tier, phase, outcome });
+      if (phase !== 'transaction')
+        instruments.storeDuration.record((performance.now() - startedAt) / 1000, { tier, phase, outcome });
       if (outcome === 'error') instruments.storeErrors.add(1, { tier, phase });
     };
     const run = async (span?: Span) => {
@@ -285,7 +306,9 @@ export class IdempotencyTelemetry {
   private inSpan<T>(name: string, scoped: ScopedKey, work: (span: Span) => Promise<T>): Promise<T> {
     const tracer = this.activeTracer();
     if (!tracer) return work(UNTRACED_SPAN);
-    return tracer.startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) => finishSpan(span, work(span)));
+    return tracer.startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) =>
+      finishSpan(span, work(span)),
+    );
   }
 
   private spanAttributes(scoped: ScopedKey): Attributes {
@@ -307,7 +330,8 @@ export class IdempotencyTelemetry {
   private activeTracer(): Tracer | undefined {
     const provider = trace.getTracerProvider() as GlobalTracerProvider;
     // Not the API's proxy (another copy of the API registered it): always trace through it.
-    if (typeof provider.getDelegateTracer !== 'function') return provider.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
+    if (typeof provider.getDelegateTracer !== 'function')
+      return provider.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
     return provider.getDelegateTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
   }
 

@@ -2,9 +2,9 @@ import { formatLogLine } from './log-line.js';
 
 describe('formatLogLine', () => {
   it('appends name=value fields after the message and leaves undefined ones out', () => {
-    expect(formatLogLine('lost claim', { event: 'lost_lease', keyHash: 'ab12', fencing: 2, tenant: undefined, ok: false })).toBe(
-      'lost claim event=lost_lease keyHash=ab12 fencing=2 ok=false',
-    );
+    expect(
+      formatLogLine('lost claim', { event: 'lost_lease', keyHash: 'ab12', fencing: 2, tenant: undefined, ok: false }),
+    ).toBe('lost claim event=lost_lease keyHash=ab12 fencing=2 ok=false');
   });
 
   it('quotes values with spaces, quotes, = or backslashes, and empty values', () => {

@@ -72,7 +72,10 @@ export class IdempotencyHealthIndicator {
   ) {}
 
   /** `up` when every configured tier answers a ping within `timeoutMs`; `down` otherwise. */
-  async isHealthy<const Key extends string>(key: Key, options: IdempotencyHealthOptions = {}): Promise<HealthIndicatorResult<Key>> {
+  async isHealthy<const Key extends string>(
+    key: Key,
+    options: IdempotencyHealthOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     if (!Number.isInteger(timeoutMs) || timeoutMs <= 0) {
       throw new RangeError(`timeoutMs must be a positive integer number of milliseconds, got ${timeoutMs}`);
@@ -86,7 +89,9 @@ export class IdempotencyHealthIndicator {
     const fast = options.details === true ? fastPing : statusOf(fastPing);
     const durable = options.details === true ? durablePing : statusOf(durablePing);
     const session = this.indicators.check(key);
-    return fast.status === 'down' || durable.status === 'down' ? session.down({ fast, durable }) : session.up({ fast, durable });
+    return fast.status === 'down' || durable.status === 'down'
+      ? session.down({ fast, durable })
+      : session.up({ fast, durable });
   }
 
   private logDown(tier: 'fast' | 'durable', health: IdempotencyTierHealth): void {
@@ -111,7 +116,11 @@ async function pingTier(store: Pick<IdempotencyStore, 'ping'>, timeoutMs: number
     await Promise.race([store.ping(), timedOut]);
     return { status: 'up', latencyMs: elapsedSince(started) };
   } catch (error) {
-    return { status: 'down', latencyMs: elapsedSince(started), error: error instanceof Error ? error.message : String(error) };
+    return {
+      status: 'down',
+      latencyMs: elapsedSince(started),
+      error: error instanceof Error ? error.message : String(error),
+    };
   } finally {
     clearTimeout(timer);
   }

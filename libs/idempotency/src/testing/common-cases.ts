@@ -193,7 +193,9 @@ export function commonCompleteCases(it: It, c: CommonCaseContext): void {
     const store = c.store();
     const key = newId();
     const record = await c.claimed(key);
-    await expect(store.complete(key, record.ownerToken, c.sampleResponse({ statusCode: 42 }))).rejects.toThrow(RangeError);
+    await expect(store.complete(key, record.ownerToken, c.sampleResponse({ statusCode: 42 }))).rejects.toThrow(
+      RangeError,
+    );
     expect(await store.get(key)).toEqual(record);
   });
 }

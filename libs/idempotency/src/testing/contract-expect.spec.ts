@@ -27,7 +27,10 @@ describe('the contract suites’ expect', () => {
   });
 
   it('toMatchObject compares only the expected properties', () => {
-    contractExpect({ state: 'completed', fencingToken: 1, extra: true }).toMatchObject({ state: 'completed', fencingToken: 1 });
+    contractExpect({ state: 'completed', fencingToken: 1, extra: true }).toMatchObject({
+      state: 'completed',
+      fencingToken: 1,
+    });
     fails(() => contractExpect({ state: 'in_progress' }).toMatchObject({ state: 'completed' }));
   });
 

@@ -43,7 +43,14 @@ function equals(actual: unknown, expected: unknown, partial = false): boolean {
   if (Object.is(actual, expected)) return true;
   if (!isObject(actual) || !isObject(expected)) return false;
   if (ArrayBuffer.isView(actual) || ArrayBuffer.isView(expected)) {
-    return ArrayBuffer.isView(actual) && ArrayBuffer.isView(expected) && isDeepStrictEqual(Buffer.from(actual.buffer, actual.byteOffset, actual.byteLength), Buffer.from(expected.buffer, expected.byteOffset, expected.byteLength));
+    return (
+      ArrayBuffer.isView(actual) &&
+      ArrayBuffer.isView(expected) &&
+      isDeepStrictEqual(
+        Buffer.from(actual.buffer, actual.byteOffset, actual.byteLength),
+        Buffer.from(expected.buffer, expected.byteOffset, expected.byteLength),
+      )
+    );
   }
   if (actual instanceof Date || expected instanceof Date) {
     return actual instanceof Date && expected instanceof Date && actual.getTime() === expected.getTime();
@@ -59,7 +66,8 @@ function equals(actual: unknown, expected: unknown, partial = false): boolean {
   const expectedKeys = defined(expected);
   if (!partial) {
     const actualKeys = defined(actual);
-    if (actualKeys.length !== expectedKeys.length || actualKeys.some((key) => !expectedKeys.includes(key))) return false;
+    if (actualKeys.length !== expectedKeys.length || actualKeys.some((key) => !expectedKeys.includes(key)))
+      return false;
   }
   return expectedKeys.every((key) => key in actual && equals(actual[key], expected[key], partial));
 }
@@ -102,16 +110,23 @@ function matchers(actual: unknown, negated: boolean): Matchers {
   return {
     toBe: (expected) => check(Object.is(actual, expected), `to be ${show(expected)}`, expected, 'toBe'),
     toEqual: (expected) => check(equals(actual, expected), `to equal ${show(expected)}`, expected, 'toEqual'),
-    toMatchObject: (expected) => check(equals(actual, expected, true), `to match ${show(expected)}`, expected, 'toMatchObject'),
+    toMatchObject: (expected) =>
+      check(equals(actual, expected, true), `to match ${show(expected)}`, expected, 'toMatchObject'),
     toBeDefined: () => check(actual !== undefined, 'to be defined', undefined, 'toBeDefined'),
     toBeUndefined: () => check(actual === undefined, 'to be undefined', undefined, 'toBeUndefined'),
     toBeGreaterThan: (bound) => check((actual as number) > bound, `to be > ${bound}`, bound, '>'),
     toBeGreaterThanOrEqual: (bound) => check((actual as number) >= bound, `to be >= ${bound}`, bound, '>='),
     toBeLessThan: (bound) => check((actual as number) < bound, `to be < ${bound}`, bound, '<'),
     toBeLessThanOrEqual: (bound) => check((actual as number) <= bound, `to be <= ${bound}`, bound, '<='),
-    toHaveLength: (length) => check((actual as { length?: unknown })?.length === length, `to have length ${length}`, length, 'toHaveLength'),
+    toHaveLength: (length) =>
+      check((actual as { length?: unknown })?.length === length, `to have length ${length}`, length, 'toHaveLength'),
     toMatch: (pattern) =>
-      check(typeof actual === 'string' && (typeof pattern === 'string' ? actual.includes(pattern) : pattern.test(actual)), `to match ${String(pattern)}`, pattern, 'toMatch'),
+      check(
+        typeof actual === 'string' && (typeof pattern === 'string' ? actual.includes(pattern) : pattern.test(actual)),
+        `to match ${String(pattern)}`,
+        pattern,
+        'toMatch',
+      ),
     toBeInstanceOf: (type) => check(actual instanceof type, `to be an instance of ${type.name}`, type, 'instanceof'),
   };
 }
@@ -133,7 +148,8 @@ export function expect(actual: unknown): Matchers & { not: Matchers; resolves: A
       return value;
     } catch (error) {
       if (error instanceof AssertionError && wanted === 'rejected') throw error;
-      if (wanted === 'fulfilled') fail(`expected a fulfilment, got the rejection ${show(error)}`, error, 'a fulfilment', 'resolves');
+      if (wanted === 'fulfilled')
+        fail(`expected a fulfilment, got the rejection ${show(error)}`, error, 'a fulfilment', 'resolves');
       return error;
     }
   };
@@ -143,10 +159,16 @@ export function expect(actual: unknown): Matchers & { not: Matchers; resolves: A
     toBeInstanceOf: async (type) => matchers(await settled(wanted), false).toBeInstanceOf(type),
     toThrow: async (expected) => {
       const error = await settled(wanted);
-      if (!thrownMatches(error, expected)) fail(`expected a rejection matching ${show(expected)}, got ${show(error)}`, error, expected, 'toThrow');
+      if (!thrownMatches(error, expected))
+        fail(`expected a rejection matching ${show(expected)}, got ${show(error)}`, error, expected, 'toThrow');
     },
   });
-  return { ...matchers(actual, false), not: matchers(actual, true), resolves: async('fulfilled'), rejects: async('rejected') };
+  return {
+    ...matchers(actual, false),
+    not: matchers(actual, true),
+    resolves: async('fulfilled'),
+    rejects: async('rejected'),
+  };
 }
 
 expect.any = (type: Constructor): unknown => new AnyOf(type);

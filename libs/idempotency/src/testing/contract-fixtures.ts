@@ -25,7 +25,9 @@ export function claimRequest(overrides: Partial<ClaimRequest> = {}): ClaimReques
 }
 
 /** Bytes that are not valid UTF-8 (lone continuation bytes, an overlong form, a surrogate, NUL, CR LF). @publicApi */
-export const NON_UTF8_BODY = Buffer.from([0x00, 0xff, 0xfe, 0x80, 0xbf, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0x0d, 0x0a, 0x7f]);
+export const NON_UTF8_BODY = Buffer.from([
+  0x00, 0xff, 0xfe, 0x80, 0xbf, 0xc0, 0xaf, 0xed, 0xa0, 0x80, 0x0d, 0x0a, 0x7f,
+]);
 
 /** A response with awkward headers (multi-valued, empty, non-ASCII) and a non-UTF-8 body, `overrides` applied. @publicApi */
 export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredResponse {

@@ -37,6 +37,7 @@ export function itEach(it: ContractTestRunner['it']) {
   return <const Row extends readonly unknown[]>(table: readonly Row[]) =>
     (name: string, body: (...row: [...Row]) => void | Promise<void>): void => {
       const placeholders = name.match(/%[sdifjoOp]/g)?.length ?? 0;
-      for (const row of table) it(format(name.replaceAll('%p', '%O'), ...row.slice(0, placeholders)), () => body(...(row as [...Row])));
+      for (const row of table)
+        it(format(name.replaceAll('%p', '%O'), ...row.slice(0, placeholders)), () => body(...(row as [...Row])));
     };
 }

@@ -5,8 +5,17 @@ import { expect } from './contract-expect.js';
 import { claimRequest } from './contract-fixtures.js';
 import { resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { describeClaim, describeTakeOver } from './durable-store-contract/claim.cases.js';
-import { describeComplete, describeExtend, describeRelease } from './durable-store-contract/complete-release-extend.cases.js';
-import { sampleResponse, SHORT_MS, type DurableStoreUnderTest, type DurableSuite } from './durable-store-contract/durable-suite.js';
+import {
+  describeComplete,
+  describeExtend,
+  describeRelease,
+} from './durable-store-contract/complete-release-extend.cases.js';
+import {
+  sampleResponse,
+  SHORT_MS,
+  type DurableStoreUnderTest,
+  type DurableSuite,
+} from './durable-store-contract/durable-suite.js';
 import { describeDeleteExpired, describeInspection } from './durable-store-contract/maintenance.cases.js';
 import { describeGet, describeUnreadableRows } from './durable-store-contract/reading.cases.js';
 import { describeRowLocks } from './durable-store-contract/row-locks.cases.js';
@@ -81,7 +90,12 @@ export function describeDurableStoreContract(
     describeUnreadableRows(resolved, suite);
     describeDeleteExpired(resolved, suite);
     describeTransaction(resolved, suite);
-    describeRowLocks(resolved, () => h, () => store, claimed);
+    describeRowLocks(
+      resolved,
+      () => h,
+      () => store,
+      claimed,
+    );
     describeInspection(resolved, suite);
   });
 }

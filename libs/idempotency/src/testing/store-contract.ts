@@ -34,7 +34,11 @@ export interface StoreUnderTest {
  * });
  * @publicApi
  */
-export function describeStoreContract(name: string, makeStore: () => Promise<StoreUnderTest>, runner?: ContractTestRunner): void {
+export function describeStoreContract(
+  name: string,
+  makeStore: () => Promise<StoreUnderTest>,
+  runner?: ContractTestRunner,
+): void {
   const resolved = resolveRunner(runner);
   const { describe, beforeEach, afterEach } = resolved;
   describe(`IdempotencyStore contract: ${name}`, () => {

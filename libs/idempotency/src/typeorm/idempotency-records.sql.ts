@@ -113,8 +113,7 @@ export function statementsFor(dialect: Dialect, table: string): Statements {
     listInProgress:
       `SELECT "key", ${RECORD_COLUMNS}, {now} AS now_ms FROM ${table} ` +
       `WHERE state = '${IN_PROGRESS}' AND created_at_ms <= {now} - $1 AND expires_at_ms > {now} ORDER BY created_at_ms LIMIT $2`,
-    forceDeleteInProgress:
-      `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
+    forceDeleteInProgress: `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
     forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
   };
   const now = DATABASE_NOW_MS[dialect];

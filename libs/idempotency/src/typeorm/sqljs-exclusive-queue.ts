@@ -30,9 +30,11 @@ class ExclusiveQueue {
   run<T>(work: () => Promise<T>): Promise<T> {
     if (this.section.getStore()?.open) return work();
     const context = { open: true };
-    const run = this.tail.then(() => this.section.run(context, work)).finally(() => {
-      context.open = false;
-    });
+    const run = this.tail
+      .then(() => this.section.run(context, work))
+      .finally(() => {
+        context.open = false;
+      });
     this.tail = run.catch(() => undefined);
     return run;
   }

@@ -230,7 +230,11 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
    * the transaction, and roll back with it. The handle given to `work` works for `complete` until
    * `work` settles.
    */
-  async transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T> {
+  async transaction<T>(
+    key: string,
+    ownerToken: string,
+    work: (transaction: DurableTransaction) => Promise<T>,
+  ): Promise<T> {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     if (typeof work !== 'function') throw new TypeError('work must be a function');
@@ -333,7 +337,10 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   }
 
   /** The row as it is, expired or not, with the database's clock at the read. */
-  private async read(runner: QueryRunner, key: string): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
+  private async read(
+    runner: QueryRunner,
+    key: string,
+  ): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
     const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
     if (rows.length === 0) return undefined;
     const row = single(rows);

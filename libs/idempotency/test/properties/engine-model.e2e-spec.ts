@@ -62,7 +62,17 @@ describe('engine vs the reference model', () => {
         { numRuns: 150 },
       );
       expect([...seen].sort()).toEqual(
-        ['claimed', 'in-progress', 'lost', 'mismatch', 'released', 'replay', 'replay-unavailable', 'stored', 'takeover'].sort(),
+        [
+          'claimed',
+          'in-progress',
+          'lost',
+          'mismatch',
+          'released',
+          'replay',
+          'replay-unavailable',
+          'stored',
+          'takeover',
+        ].sort(),
       );
     });
   });
@@ -149,41 +159,45 @@ class InterleavedStore extends IdempotencyStore {
 describe('concurrent run() calls under random interleavings of store operations', () => {
   it('the function runs once per key; every other call replays its value, or is told in-progress or key-reused', async () => {
     await fc.assert(
-      fc.asyncProperty(fc.scheduler(), fc.array(fc.constantFrom('a', 'b'), { minLength: 2, maxLength: 5 }), async (scheduler, payloads) => {
-        const memory = new MemoryIdempotencyStore();
-        const { service } = modelEngine(new InterleavedStore(memory, scheduler), {});
-        let executions = 0;
-        const calls = payloads.map((payload) =>
-          service
-            .run({ operation: 'pay', key: 'same-key', fingerprint: payload }, async () => {
-              executions += 1;
-              await scheduler.schedule(Promise.resolve('handler'), `handler ${payload}`);
-              return { paid: payload };
-            })
-            .then(
-              (result) => ({ payload, result }),
-              (error: unknown) => ({ payload, error }),
-            ),
-        );
-        const outcomes = await scheduler.waitFor(Promise.all(calls));
-        service.onApplicationShutdown();
-        memory.onApplicationShutdown();
+      fc.asyncProperty(
+        fc.scheduler(),
+        fc.array(fc.constantFrom('a', 'b'), { minLength: 2, maxLength: 5 }),
+        async (scheduler, payloads) => {
+          const memory = new MemoryIdempotencyStore();
+          const { service } = modelEngine(new InterleavedStore(memory, scheduler), {});
+          let executions = 0;
+          const calls = payloads.map((payload) =>
+            service
+              .run({ operation: 'pay', key: 'same-key', fingerprint: payload }, async () => {
+                executions += 1;
+                await scheduler.schedule(Promise.resolve('handler'), `handler ${payload}`);
+                return { paid: payload };
+              })
+              .then(
+                (result) => ({ payload, result }),
+                (error: unknown) => ({ payload, error }),
+              ),
+          );
+          const outcomes = await scheduler.waitFor(Promise.all(calls));
+          service.onApplicationShutdown();
+          memory.onApplicationShutdown();
 
-        expect(executions).toBe(1);
-        const fresh = outcomes.filter((o) => 'result' in o && o.result.status === 'fresh');
-        expect(fresh).toHaveLength(1);
-        const winner = fresh[0].payload;
-        for (const outcome of outcomes) {
-          if ('result' in outcome) {
-            expect(outcome.payload).toBe(winner);
-            expect(outcome.result.value).toEqual({ paid: winner });
-            continue;
+          expect(executions).toBe(1);
+          const fresh = outcomes.filter((o) => 'result' in o && o.result.status === 'fresh');
+          expect(fresh).toHaveLength(1);
+          const winner = fresh[0].payload;
+          for (const outcome of outcomes) {
+            if ('result' in outcome) {
+              expect(outcome.payload).toBe(winner);
+              expect(outcome.result.value).toEqual({ paid: winner });
+              continue;
+            }
+            expect(outcome.error).toBeInstanceOf(IdempotencyRunError);
+            const kind = (outcome.error as IdempotencyRunError).kind;
+            expect(kind).toBe(outcome.payload === winner ? 'in-progress' : 'key-reused');
           }
-          expect(outcome.error).toBeInstanceOf(IdempotencyRunError);
-          const kind = (outcome.error as IdempotencyRunError).kind;
-          expect(kind).toBe(outcome.payload === winner ? 'in-progress' : 'key-reused');
-        }
-      }),
+        },
+      ),
       { numRuns: 200 },
     );
   });

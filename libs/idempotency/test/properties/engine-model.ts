@@ -1,9 +1,5 @@
 import fc from 'fast-check';
-import {
-  IdempotencyService,
-  type IdempotencyPolicyOptions,
-  type IdempotencyStore,
-} from 'nestjs-idempotency';
+import { IdempotencyService, type IdempotencyPolicyOptions, type IdempotencyStore } from 'nestjs-idempotency';
 import { decideOutcome } from '../../src/engine/outcome-policy.js';
 import { resolvePolicy, type ResolvedPolicy } from '../../src/idempotency.options.js';
 import type { IdempotencyClaim } from '../../src/engine/idempotency-claim.js';
@@ -59,13 +55,17 @@ const STATUSES = [200, 201, 404, 409, 422, 429, 500, 503];
 export const MAX_STORED_BYTES = 16;
 
 /** An engine over `store` with a policy for the model: reject duplicates, take over dead leases. */
-export function modelEngine(store: IdempotencyStore, options: IdempotencyPolicyOptions): { service: IdempotencyService; policy: ResolvedPolicy } {
+export function modelEngine(
+  store: IdempotencyStore,
+  options: IdempotencyPolicyOptions,
+): { service: IdempotencyService; policy: ResolvedPolicy } {
   const moduleOptions = { ...options, maxStoredResponseBytes: MAX_STORED_BYTES, staleLock: 'takeover' as const };
   const service = new IdempotencyService(store, resolveModuleSettings(moduleOptions), null);
   return { service, policy: resolvePolicy(moduleOptions) };
 }
 
-const scopedOf = (real: Real, key: number) => buildScopedKey({ operation: real.operation, key: `key-${key}` }, ['operation']);
+const scopedOf = (real: Real, key: number) =>
+  buildScopedKey({ operation: real.operation, key: `key-${key}` }, ['operation']);
 const fingerprintOf = (fingerprint: number) => `fingerprint-${fingerprint}`;
 
 function leaseLive(model: Model, owner: number): boolean {
@@ -87,7 +87,11 @@ class Begin implements fc.AsyncCommand<Model, Real> {
     else if (record.state === 'completed') expected = record.body === undefined ? 'replay-unavailable' : 'replay';
     else expected = leaseLive(model, record.owner) ? 'in-progress' : 'claimed';
 
-    const result = await real.service.begin({ scoped: scopedOf(real, this.key), fingerprint: fingerprintOf(this.fingerprint), policy: real.policy });
+    const result = await real.service.begin({
+      scoped: scopedOf(real, this.key),
+      fingerprint: fingerprintOf(this.fingerprint),
+      policy: real.policy,
+    });
     expect(result.kind).toBe(expected);
     real.seen.add(result.kind === 'claimed' && record ? 'takeover' : result.kind);
 
@@ -123,7 +127,11 @@ class Finish implements fc.AsyncCommand<Model, Real> {
     const body = 'b'.repeat(this.bodyBytes);
     const outcome = decideOutcome(this.statusCode, real.policy, undefined);
 
-    const result = await real.service.finish(real.claims[index], { statusCode: this.statusCode, headers: {}, body: Buffer.from(body) });
+    const result = await real.service.finish(real.claims[index], {
+      statusCode: this.statusCode,
+      headers: {},
+      body: Buffer.from(body),
+    });
     expect(result).toBe(owns ? (outcome === 'store' ? 'stored' : 'released') : 'lost');
     real.seen.add(result);
 
@@ -184,8 +192,12 @@ export function engineCommands(): Array<fc.Arbitrary<fc.AsyncCommand<Model, Real
   const claimPick = fc.nat({ max: 15 });
   return [
     // Retries mostly repeat the payload; a different one (a mismatch) now and then.
-    fc.tuple(fc.nat({ max: KEYS - 1 }), fc.constantFrom(0, 0, 0, 1)).map(([key, fingerprint]) => new Begin(key, fingerprint)),
-    fc.tuple(fc.nat({ max: KEYS - 1 }), fc.constantFrom(0, 0, 0, 1)).map(([key, fingerprint]) => new Begin(key, fingerprint)),
+    fc
+      .tuple(fc.nat({ max: KEYS - 1 }), fc.constantFrom(0, 0, 0, 1))
+      .map(([key, fingerprint]) => new Begin(key, fingerprint)),
+    fc
+      .tuple(fc.nat({ max: KEYS - 1 }), fc.constantFrom(0, 0, 0, 1))
+      .map(([key, fingerprint]) => new Begin(key, fingerprint)),
     fc
       .tuple(claimPick, fc.constantFrom(...STATUSES), fc.constantFrom(0, 8, MAX_STORED_BYTES + 1))
       .map(([pick, status, bytes]) => new Finish(pick, status, bytes)),

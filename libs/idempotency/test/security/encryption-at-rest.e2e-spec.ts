@@ -35,7 +35,12 @@ describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on t
   const post = (app: SecurityApp, key: string, secret: string) =>
     send(app.url, backend.route, { key, body: { secret }, headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' } });
   /** The storage id of a record of the fixture (its scope: tenant, principal, operation). */
-  const idOf = (key: string) => buildScopedKey({ operation: backend.operation, tenant: 't1', principal: 'u1', key }, ['tenant', 'principal', 'operation']).id;
+  const idOf = (key: string) =>
+    buildScopedKey({ operation: backend.operation, tenant: 't1', principal: 'u1', key }, [
+      'tenant',
+      'principal',
+      'operation',
+    ]).id;
   /** Stores one response with `first`, stops that app, and starts another with `then`: a restart with a new configuration. */
   const storeThenRestart = async (
     key: string,
@@ -177,7 +182,10 @@ describe.each(['memory', 'redis', 'postgres'] as const)('encryption at rest on t
       const secret = `RUN-SECRET-${randomUUID()}`;
       const request = { operation: 'security.run', key, tenant: 't1' };
       expect(await service.run(request, () => ({ secret }))).toEqual({ status: 'fresh', value: { secret } });
-      expect(await service.run(request, () => ({ secret: 'second run' }))).toEqual({ status: 'replayed', value: { secret } });
+      expect(await service.run(request, () => ({ secret: 'second run' }))).toEqual({
+        status: 'replayed',
+        value: { secret },
+      });
       const id = buildScopedKey({ operation: 'security.run', tenant: 't1', key }, ['operation', 'tenant']).id;
       const stored = await backend.stored([id]);
       expect(stored[0].bytes.length).toBeGreaterThan(0);

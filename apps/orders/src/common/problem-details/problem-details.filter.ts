@@ -21,7 +21,10 @@ export class ProblemDetailsFilter implements ExceptionFilter {
   catch(exception: unknown, host: ArgumentsHost): void {
     if (host.getType() !== 'http') {
       // A message consumer (RabbitMQ): its settlement already acknowledged, retried or dead-lettered the message.
-      this.logger.error(`${host.getType()} handler failed`, exception instanceof Error ? exception.stack : String(exception));
+      this.logger.error(
+        `${host.getType()} handler failed`,
+        exception instanceof Error ? exception.stack : String(exception),
+      );
       return;
     }
     const { httpAdapter } = this.adapterHost;

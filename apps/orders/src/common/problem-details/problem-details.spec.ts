@@ -13,7 +13,10 @@ const BASE = 'https://api.example.com/problems/';
 describe('toProblemResponse', () => {
   it('prefixes the base URI to our own problems and keeps their extensions', () => {
     const errors = [{ field: 'currency', messages: ['currency must be one of the following values: USD, EUR, GBP'] }];
-    const result = toProblemResponse(new ProblemException('validation', 'The request has 1 invalid field: currency.', { errors }), BASE);
+    const result = toProblemResponse(
+      new ProblemException('validation', 'The request has 1 invalid field: currency.', { errors }),
+      BASE,
+    );
     expect(result).toEqual({
       status: 400,
       unexpected: false,
@@ -86,7 +89,11 @@ describe('toProblemResponse', () => {
 
   it('keeps a deliberate 5xx HttpException public but does not call it unexpected', () => {
     const result = toProblemResponse(new ServiceUnavailableException('maintenance'), BASE);
-    expect(result).toMatchObject({ status: 503, unexpected: false, body: { type: 'about:blank', detail: 'maintenance' } });
+    expect(result).toMatchObject({
+      status: 503,
+      unexpected: false,
+      body: { type: 'about:blank', detail: 'maintenance' },
+    });
   });
 
   it('turns any other error into an internal-error that says nothing of the cause', () => {

@@ -30,8 +30,18 @@ export interface FieldError {
 export const ORDERS_PROBLEMS = {
   validation: { slug: 'validation-error', title: 'Request validation failed', status: 400, code: 'validation_error' },
   invalidJson: { slug: 'invalid-json', title: 'Request body is not valid JSON', status: 400, code: 'invalid_json' },
-  tenantRequired: { slug: 'tenant-required', title: 'X-Tenant-ID header is missing', status: 400, code: 'tenant_required' },
-  tenantInvalid: { slug: 'tenant-invalid', title: 'X-Tenant-ID header is invalid', status: 400, code: 'tenant_invalid' },
+  tenantRequired: {
+    slug: 'tenant-required',
+    title: 'X-Tenant-ID header is missing',
+    status: 400,
+    code: 'tenant_required',
+  },
+  tenantInvalid: {
+    slug: 'tenant-invalid',
+    title: 'X-Tenant-ID header is invalid',
+    status: 400,
+    code: 'tenant_invalid',
+  },
   notFound: { slug: 'not-found', title: 'Resource not found', status: 404, code: 'not_found' },
   paymentKeyReused: {
     slug: 'payment-key-reused',
@@ -145,7 +155,11 @@ export function toProblemResponse(exception: unknown, problemTypeBaseUri: string
 
   if (exception instanceof ProblemException) {
     const body = exception.getResponse() as ProblemDetails;
-    return { status: exception.getStatus(), body: { ...body, type: problemTypeBaseUri + body.type }, unexpected: false };
+    return {
+      status: exception.getStatus(),
+      body: { ...body, type: problemTypeBaseUri + body.type },
+      unexpected: false,
+    };
   }
   if (!(exception instanceof HttpException)) {
     return make('internal', 'An unexpected error occurred. It has been logged.');

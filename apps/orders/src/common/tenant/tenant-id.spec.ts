@@ -28,8 +28,8 @@ describe('parseTenantId', () => {
   });
 
   it('reports repeated headers as invalid', () => {
-    expect(
-      parseTenantId(['3f2504e0-4f89-41d3-9a0c-0305e82c3301', '3f2504e0-4f89-41d3-9a0c-0305e82c3301']),
-    ).toEqual({ kind: 'invalid' });
+    expect(parseTenantId(['3f2504e0-4f89-41d3-9a0c-0305e82c3301', '3f2504e0-4f89-41d3-9a0c-0305e82c3301'])).toEqual({
+      kind: 'invalid',
+    });
   });
 });

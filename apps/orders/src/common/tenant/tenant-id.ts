@@ -4,10 +4,7 @@ import { isUUID } from 'class-validator';
 export const TENANT_HEADER = 'x-tenant-id';
 
 /** Result of reading the tenant header: a discriminated union, never a thrown error. */
-export type TenantIdParse =
-  | { kind: 'ok'; tenantId: string }
-  | { kind: 'missing' }
-  | { kind: 'invalid' };
+export type TenantIdParse = { kind: 'ok'; tenantId: string } | { kind: 'missing' } | { kind: 'invalid' };
 
 /**
  * Any RFC 9562 UUID (versions 1 to 8, nil, max), in either case. Ids are compared and stored

@@ -1,7 +1,11 @@
 import type { ValidationError } from '@nestjs/common';
 import { toFieldErrors, validationProblem } from './validation.pipe.js';
 
-const error = (property: string, constraints?: Record<string, string>, children: ValidationError[] = []): ValidationError => ({
+const error = (
+  property: string,
+  constraints?: Record<string, string>,
+  children: ValidationError[] = [],
+): ValidationError => ({
   property,
   constraints,
   children,
@@ -20,14 +24,19 @@ describe('toFieldErrors', () => {
     ];
     expect(toFieldErrors(errors)).toEqual([
       { field: 'currency', messages: ['currency must be one of the following values: USD, EUR, GBP'] },
-      { field: 'items.0.quantity', messages: ['quantity must not be less than 1', 'quantity must be an integer number'] },
+      {
+        field: 'items.0.quantity',
+        messages: ['quantity must not be less than 1', 'quantity must be an integer number'],
+      },
       { field: 'items.2.color', messages: ['property color should not exist'] },
     ]);
   });
 
   it('lists a field with its own error and its children', () => {
     expect(
-      toFieldErrors([error('items', { arrayMaxSize: 'items must contain no more than 100 elements' }, [error('0', { nested: 'x' })])]),
+      toFieldErrors([
+        error('items', { arrayMaxSize: 'items must contain no more than 100 elements' }, [error('0', { nested: 'x' })]),
+      ]),
     ).toEqual([
       { field: 'items', messages: ['items must contain no more than 100 elements'] },
       { field: 'items.0', messages: ['x'] },

@@ -21,7 +21,8 @@ export function validationProblem(errors: FieldError[], detail?: string): Proble
   const count = errors.length;
   return new ProblemException(
     'validation',
-    detail ?? `The request has ${count} invalid field${count === 1 ? '' : 's'}: ${errors.map((e) => e.field).join(', ')}.`,
+    detail ??
+      `The request has ${count} invalid field${count === 1 ? '' : 's'}: ${errors.map((e) => e.field).join(', ')}.`,
     { errors },
   );
 }

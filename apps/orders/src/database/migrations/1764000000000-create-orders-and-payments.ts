@@ -24,7 +24,9 @@ export class CreateOrdersAndPayments1764000000000 implements MigrationInterface 
           { ...uuid('payment_id'), isNullable: true },
           epochMs('created_at_ms'),
         ],
-        indices: [new TableIndex({ name: 'IDX_orders_tenant_created', columnNames: ['tenant_id', 'created_at_ms', 'id'] })],
+        indices: [
+          new TableIndex({ name: 'IDX_orders_tenant_created', columnNames: ['tenant_id', 'created_at_ms', 'id'] }),
+        ],
       }),
     );
     await queryRunner.createTable(

@@ -26,7 +26,10 @@ export class CreatePaymentEvents1764200000000 implements MigrationInterface {
           { name: 'received_at_ms', type: 'bigint', isNullable: false },
         ],
         indices: [
-          new TableIndex({ name: 'IDX_payment_events_payment', columnNames: ['tenant_id', 'payment_id', 'received_at_ms'] }),
+          new TableIndex({
+            name: 'IDX_payment_events_payment',
+            columnNames: ['tenant_id', 'payment_id', 'received_at_ms'],
+          }),
         ],
       }),
     );

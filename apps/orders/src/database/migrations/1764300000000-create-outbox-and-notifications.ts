@@ -20,7 +20,9 @@ export class CreateOutboxAndNotifications1764300000000 implements MigrationInter
           { name: 'created_at_ms', type: 'bigint', isNullable: false },
           { name: 'dispatched_at_ms', type: 'bigint', isNullable: true },
         ],
-        indices: [new TableIndex({ name: 'IDX_outbox_events_pending', columnNames: ['dispatched_at_ms', 'created_at_ms'] })],
+        indices: [
+          new TableIndex({ name: 'IDX_outbox_events_pending', columnNames: ['dispatched_at_ms', 'created_at_ms'] }),
+        ],
       }),
     );
     await queryRunner.createTable(
@@ -34,7 +36,12 @@ export class CreateOutboxAndNotifications1764300000000 implements MigrationInter
           { name: 'kind', type: 'varchar', length: '32', isNullable: false },
           { name: 'sent_at_ms', type: 'bigint', isNullable: false },
         ],
-        indices: [new TableIndex({ name: 'IDX_order_notifications_order', columnNames: ['tenant_id', 'order_id', 'sent_at_ms'] })],
+        indices: [
+          new TableIndex({
+            name: 'IDX_order_notifications_order',
+            columnNames: ['tenant_id', 'order_id', 'sent_at_ms'],
+          }),
+        ],
       }),
     );
   }

@@ -8,7 +8,10 @@ export class AddOutboxMessageKey1764400000000 implements MigrationInterface {
   name = 'AddOutboxMessageKey1764400000000';
 
   async up(queryRunner: QueryRunner): Promise<void> {
-    await queryRunner.addColumn('outbox_events', new TableColumn({ name: 'message_key', type: 'varchar', length: '128', isNullable: true }));
+    await queryRunner.addColumn(
+      'outbox_events',
+      new TableColumn({ name: 'message_key', type: 'varchar', length: '128', isNullable: true }),
+    );
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {

@@ -72,7 +72,8 @@ export class CanonicalEncoder {
    * object members sorted by name (UTF-16 code units), array items in order.
    */
   value(value: unknown, depth = 0): void {
-    if (depth > MAX_VALUE_DEPTH) throw new TypeError(`A parsed body nested deeper than ${MAX_VALUE_DEPTH} levels cannot be fingerprinted.`);
+    if (depth > MAX_VALUE_DEPTH)
+      throw new TypeError(`A parsed body nested deeper than ${MAX_VALUE_DEPTH} levels cannot be fingerprinted.`);
     switch (typeof value) {
       case 'string':
         this.text('s');
@@ -112,8 +113,13 @@ export class CanonicalEncoder {
         this.value(record[name], depth + 1);
       }
     } else {
-      const kind = typeof value === 'object' ? `an instance of ${value.constructor?.name ?? 'an unknown class'}` : `a ${typeof value}`;
-      throw new TypeError(`A parsed body holding ${kind} cannot be fingerprinted: only strings, numbers, booleans, null, buffers, arrays and plain objects can.`);
+      const kind =
+        typeof value === 'object'
+          ? `an instance of ${value.constructor?.name ?? 'an unknown class'}`
+          : `a ${typeof value}`;
+      throw new TypeError(
+        `A parsed body holding ${kind} cannot be fingerprinted: only strings, numbers, booleans, null, buffers, arrays and plain objects can.`,
+      );
     }
   }
 

@@ -4,7 +4,9 @@ import { canonicalizeJson, computeFingerprint, type FingerprintInput } from './f
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
 
 /** JSON values as `JSON.parse` returns them (no -0: JSON writes it as 0). */
-const json: fc.Arbitrary<Json> = fc.jsonValue({ maxDepth: 4, noUnicodeString: false }).map((v) => JSON.parse(JSON.stringify(v)) as Json);
+const json: fc.Arbitrary<Json> = fc
+  .jsonValue({ maxDepth: 4, noUnicodeString: false })
+  .map((v) => JSON.parse(JSON.stringify(v)) as Json);
 const object = fc.dictionary(fc.string({ maxLength: 6 }), json, { minKeys: 1, maxKeys: 6 });
 
 /** The reference canonical form: members sorted by UTF-16 code units, JSON.stringify's escaping and numbers. */
@@ -36,7 +38,9 @@ function rewrite(value: Json, seed: number, indent: number): string {
 /** Every path to a value inside `value` (the root excluded). */
 function paths(value: Json, prefix: Array<string | number> = []): Array<Array<string | number>> {
   if (value === null || typeof value !== 'object') return [];
-  const entries: Array<[string | number, Json]> = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
+  const entries: Array<[string | number, Json]> = Array.isArray(value)
+    ? value.map((v, i) => [i, v])
+    : Object.entries(value);
   return entries.flatMap(([step, child]) => [[...prefix, step], ...paths(child, [...prefix, step])]);
 }
 
@@ -45,14 +49,17 @@ function replaceAt(value: Json, path: Array<string | number>, replacement: Json)
   const [step, ...rest] = path;
   if (Array.isArray(value)) return value.map((item, i) => (i === step ? replaceAt(item, rest, replacement) : item));
   const record = value as Record<string, Json>;
-  return Object.fromEntries(Object.entries(record).map(([name, child]) => [name, name === step ? replaceAt(child, rest, replacement) : child]));
+  return Object.fromEntries(
+    Object.entries(record).map(([name, child]) => [name, name === step ? replaceAt(child, rest, replacement) : child]),
+  );
 }
 
 function getAt(value: Json, path: Array<string | number>): Json {
   return path.reduce<Json>((v, step) => (v as Record<string | number, Json>)[step], value);
 }
 
-const query = (list: Array<[string, string]>) => list.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
+const query = (list: Array<[string, string]>) =>
+  list.map(([n, v]) => `${encodeURIComponent(n)}=${encodeURIComponent(v)}`).join('&');
 
 const request = (body: string, overrides: Partial<FingerprintInput> = {}): FingerprintInput => ({
   method: 'POST',
@@ -137,21 +144,33 @@ describe('canonicalizer and fingerprint properties', () => {
     const name = fc.string({ minLength: 1, maxLength: 5 }).filter((n) => !n.startsWith('['));
     const rootOf = ([n]: [string, string]) => n.split('[')[0];
     await fc.assert(
-      fc.asyncProperty(fc.uniqueArray(fc.tuple(name, fc.string({ maxLength: 5 })), { selector: rootOf, minLength: 2, maxLength: 5 }), async (pairs) => {
-        const forward = await computeFingerprint(request('{}', { query: query(pairs) }));
-        expect(await computeFingerprint(request('{}', { query: query([...pairs].reverse()) }))).toBe(forward);
-      }),
+      fc.asyncProperty(
+        fc.uniqueArray(fc.tuple(name, fc.string({ maxLength: 5 })), { selector: rootOf, minLength: 2, maxLength: 5 }),
+        async (pairs) => {
+          const forward = await computeFingerprint(request('{}', { query: query(pairs) }));
+          expect(await computeFingerprint(request('{}', { query: query([...pairs].reverse()) }))).toBe(forward);
+        },
+      ),
     );
   });
 
   it('query parameters of one root keep their order: qs merges a=1&a[b]=2 by order', async () => {
     const suffix = fc.string({ maxLength: 4 }).map((s) => `[${s}]`);
     await fc.assert(
-      fc.asyncProperty(fc.string({ minLength: 1, maxLength: 4 }).filter((n) => !n.includes('[')), suffix, fc.string({ maxLength: 4 }), fc.string({ maxLength: 4 }), async (root, tail, a, b) => {
-        const pairs: Array<[string, string]> = [[root, a], [`${root}${tail}`, b]];
-        const forward = await computeFingerprint(request('{}', { query: query(pairs) }));
-        expect(await computeFingerprint(request('{}', { query: query([...pairs].reverse()) }))).not.toBe(forward);
-      }),
+      fc.asyncProperty(
+        fc.string({ minLength: 1, maxLength: 4 }).filter((n) => !n.includes('[')),
+        suffix,
+        fc.string({ maxLength: 4 }),
+        fc.string({ maxLength: 4 }),
+        async (root, tail, a, b) => {
+          const pairs: Array<[string, string]> = [
+            [root, a],
+            [`${root}${tail}`, b],
+          ];
+          const forward = await computeFingerprint(request('{}', { query: query(pairs) }));
+          expect(await computeFingerprint(request('{}', { query: query([...pairs].reverse()) }))).not.toBe(forward);
+        },
+      ),
     );
   });
 });

@@ -67,8 +67,20 @@ describe('computeFingerprint', () => {
     });
 
     it('B.4 rule 14: header names are case-insensitive and the configured order does not matter', async () => {
-      const a = await fp({ headers: [['Stripe-Version', '1'], ['Accept', 'application/json']] });
-      expect(await fp({ headers: [['accept', 'application/json'], ['stripe-version', '1']] })).toBe(a);
+      const a = await fp({
+        headers: [
+          ['Stripe-Version', '1'],
+          ['Accept', 'application/json'],
+        ],
+      });
+      expect(
+        await fp({
+          headers: [
+            ['accept', 'application/json'],
+            ['stripe-version', '1'],
+          ],
+        }),
+      ).toBe(a);
     });
 
     it('B.4 rule 14: each extra entry counts, by name and value', async () => {
@@ -263,7 +275,8 @@ describe('computeFingerprint', () => {
     });
 
     it('B.4 rule 15: bytes that are not UTF-8 are compared as sent', async () => {
-      const bytes = (byte: number) => fp({ contentType: 'application/x-www-form-urlencoded', body: Buffer.from([0x61, 0x3d, byte]) });
+      const bytes = (byte: number) =>
+        fp({ contentType: 'application/x-www-form-urlencoded', body: Buffer.from([0x61, 0x3d, byte]) });
       expect(await bytes(0xff)).not.toBe(await bytes(0xfe));
     });
 
@@ -332,7 +345,8 @@ describe('computeFingerprint', () => {
   });
 
   describe('B.4 rule 15: a parsed body whose bytes are gone', () => {
-    const parsed = (fields: unknown, files?: UploadedFileDigest[]) => fp({ contentType: 'multipart/form-data; boundary=x', body: undefined, parsedBody: { fields, files } });
+    const parsed = (fields: unknown, files?: UploadedFileDigest[]) =>
+      fp({ contentType: 'multipart/form-data; boundary=x', body: undefined, parsedBody: { fields, files } });
     const file = (overrides: Partial<UploadedFileDigest> = {}): UploadedFileDigest => ({
       field: 'receipt',
       filename: 'receipt.pdf',

@@ -10,7 +10,12 @@ import type { FingerprintInput } from './fingerprint-input.js';
 import { readUrlencoded } from './urlencoded-pairs.js';
 
 export { canonicalizeJson } from './canonical-json.js';
-export type { FingerprintInput, JsonFingerprintMode, ParsedRequestBody, UploadedFileDigest } from './fingerprint-input.js';
+export type {
+  FingerprintInput,
+  JsonFingerprintMode,
+  ParsedRequestBody,
+  UploadedFileDigest,
+} from './fingerprint-input.js';
 
 const FINGERPRINT_VERSION = 'idempotency-fingerprint/v1';
 

@@ -9,7 +9,9 @@ const qs = createRequire(import.meta.url)('qs') as { parse(text: string, options
 
 const read = (text: string | Buffer) => readUrlencoded(Buffer.isBuffer(text) ? text : Buffer.from(text, 'latin1'));
 const show = (pairs: UrlencodedPair[] | undefined) =>
-  pairs?.map(([name, value]) => `${name.form}:${name.bytes.toString('hex')}=${value.form}:${value.bytes.toString('hex')}`).join('&') ?? 'raw';
+  pairs
+    ?.map(([name, value]) => `${name.form}:${name.bytes.toString('hex')}=${value.form}:${value.bytes.toString('hex')}`)
+    .join('&') ?? 'raw';
 const same = (a: string | Buffer, b: string | Buffer) => show(read(a)) === show(read(b));
 
 describe('readUrlencoded', () => {
@@ -79,18 +81,42 @@ const queryParsers: Record<string, (input: Buffer) => unknown> = {
 const BODY_PARSER = { allowPrototypes: true, arrayLimit: 100, depth: 32, parameterLimit: 1000, strictDepth: true };
 const formParsers: Record<string, (input: Buffer) => unknown> = {
   'body-parser UTF-8 form (qs)': (input) => qs.parse(input.toString('utf8'), { ...BODY_PARSER, charset: 'utf-8' }),
-  'body-parser latin1 form (qs)': (input) => qs.parse(input.toString('latin1'), { ...BODY_PARSER, charset: 'iso-8859-1' }),
+  'body-parser latin1 form (qs)': (input) =>
+    qs.parse(input.toString('latin1'), { ...BODY_PARSER, charset: 'iso-8859-1' }),
   'Fastify form (fast-querystring, @fastify/formbody)': (input) => fastQuerystringParse(input.toString()),
 };
 
-const ASCII_TOKENS = ['a', 'b', '=', '&', '+', 'A', '%41', '%zz', '%', '%2', '%25', '%20', '[', ']', '%5D', '%5b', '%C3%A9', '%C3', '.'];
+const ASCII_TOKENS = [
+  'a',
+  'b',
+  '=',
+  '&',
+  '+',
+  'A',
+  '%41',
+  '%zz',
+  '%',
+  '%2',
+  '%25',
+  '%20',
+  '[',
+  ']',
+  '%5D',
+  '%5b',
+  '%C3%A9',
+  '%C3',
+  '.',
+];
 const BYTE_TOKENS = [Buffer.from('\u00e9', 'utf8'), Buffer.from([0xff]), Buffer.from([0xc3]), Buffer.from(' ')];
 
 function signature(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(signature).join(',')}]`;
   if (value !== null && typeof value === 'object') {
     const record = value as Record<string, unknown>;
-    return `{${Object.keys(record).sort().map((name) => `${JSON.stringify(name)}:${signature(record[name])}`).join(',')}}`;
+    return `{${Object.keys(record)
+      .sort()
+      .map((name) => `${JSON.stringify(name)}:${signature(record[name])}`)
+      .join(',')}}`;
   }
   return JSON.stringify(value);
 }
@@ -119,14 +145,21 @@ function checker(parsers: Record<string, (input: Buffer) => unknown>) {
       }
       Object.keys(parsers).forEach((name, i) => {
         if (first.values[i] !== values[i]) {
-          conflicts.push(`${name}: ${JSON.stringify(first.input.toString('latin1'))} → ${first.values[i]} but ${JSON.stringify(input.toString('latin1'))} → ${values[i]}`);
+          conflicts.push(
+            `${name}: ${JSON.stringify(first.input.toString('latin1'))} → ${first.values[i]} but ${JSON.stringify(input.toString('latin1'))} → ${values[i]}`,
+          );
         }
       });
     },
   };
 }
 
-function everySequence(tokens: Buffer[], maxLength: number, visit: (input: Buffer) => void, prefix = Buffer.alloc(0)): void {
+function everySequence(
+  tokens: Buffer[],
+  maxLength: number,
+  visit: (input: Buffer) => void,
+  prefix = Buffer.alloc(0),
+): void {
   visit(prefix);
   if (maxLength === 0) return;
   for (const token of tokens) everySequence(tokens, maxLength - 1, visit, Buffer.concat([prefix, token]));
@@ -148,7 +181,9 @@ describe('readUrlencoded against the real parsers', () => {
   });
 
   it('B.4 rules 14-15: a longer input rewritten without changing its pairs parses the same under every parser', () => {
-    const sequence = fc.array(fc.constantFrom(...ascii, ...BYTE_TOKENS), { maxLength: 12 }).map((tokens) => Buffer.concat(tokens));
+    const sequence = fc
+      .array(fc.constantFrom(...ascii, ...BYTE_TOKENS), { maxLength: 12 })
+      .map((tokens) => Buffer.concat(tokens));
     // Rewrites that may keep the pairs: escape a character, change the case of hex digits,
     // swap "+" and "%20", add empty sequences, move a sequence elsewhere.
     const rewrite = (input: Buffer, seed: number): Buffer => {
@@ -157,10 +192,15 @@ describe('readUrlencoded against the real parsers', () => {
         case 0: {
           const at = seed % Math.max(text.length, 1);
           const code = text.charCodeAt(at);
-          return Number.isNaN(code) ? input : Buffer.from(`${text.slice(0, at)}%${code.toString(16).padStart(2, '0')}${text.slice(at + 1)}`, 'latin1');
+          return Number.isNaN(code)
+            ? input
+            : Buffer.from(`${text.slice(0, at)}%${code.toString(16).padStart(2, '0')}${text.slice(at + 1)}`, 'latin1');
         }
         case 1:
-          return Buffer.from(text.replace(/%[0-9a-f]{2}/gi, (escape) => (seed & 8 ? escape.toLowerCase() : escape.toUpperCase())), 'latin1');
+          return Buffer.from(
+            text.replace(/%[0-9a-f]{2}/gi, (escape) => (seed & 8 ? escape.toLowerCase() : escape.toUpperCase())),
+            'latin1',
+          );
         case 2:
           return Buffer.from(seed & 8 ? text.replaceAll('+', '%20') : text.replaceAll('%20', '+'), 'latin1');
         case 3:
@@ -174,7 +214,8 @@ describe('readUrlencoded against the real parsers', () => {
       }
     };
     // A request target is ASCII (Node answers 400 to any other byte), so queries are only checked on ASCII.
-    const parsersOf = (input: Buffer) => (input.every((byte) => byte < 0x80) ? { ...queryParsers, ...formParsers } : formParsers);
+    const parsersOf = (input: Buffer) =>
+      input.every((byte) => byte < 0x80) ? { ...queryParsers, ...formParsers } : formParsers;
     fc.assert(
       fc.property(sequence, fc.array(fc.nat(), { minLength: 1, maxLength: 4 }), (input, seeds) => {
         const variant = seeds.reduce(rewrite, input);

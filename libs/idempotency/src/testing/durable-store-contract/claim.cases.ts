@@ -229,7 +229,9 @@ export function describeTakeOver({ describe, it, beforeEach }: ContractTestRunne
       await sleep(SHORT_MS + 20);
       const other = h.anotherInstance();
       const results = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? store : other).takeOver(key, dead.ownerToken, claimRequest())),
+        Array.from({ length: 20 }, (_, i) =>
+          (i % 2 === 0 ? store : other).takeOver(key, dead.ownerToken, claimRequest()),
+        ),
       );
       const winners = results.filter((r) => r.kind === 'claimed');
       expect(winners).toHaveLength(1);

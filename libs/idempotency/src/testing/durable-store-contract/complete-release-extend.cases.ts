@@ -74,9 +74,13 @@ export function describeComplete({ describe, it, beforeEach }: ContractTestRunne
       const key = newId();
       const record = await claimed(key);
       const badHeaders = { 'x-n': 1 } as unknown as StoredResponse['headers'];
-      await expect(store.complete(key, record.ownerToken, sampleResponse({ headers: badHeaders }))).rejects.toThrow(TypeError);
+      await expect(store.complete(key, record.ownerToken, sampleResponse({ headers: badHeaders }))).rejects.toThrow(
+        TypeError,
+      );
       const badBody = 'text' as unknown as Buffer;
-      await expect(store.complete(key, record.ownerToken, sampleResponse({ body: badBody }))).rejects.toThrow(TypeError);
+      await expect(store.complete(key, record.ownerToken, sampleResponse({ body: badBody }))).rejects.toThrow(
+        TypeError,
+      );
       expect(await store.get(key)).toEqual(record);
     });
   });

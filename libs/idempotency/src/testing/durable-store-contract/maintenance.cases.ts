@@ -87,7 +87,9 @@ export function describeDeleteExpired({ describe, it, beforeEach }: ContractTest
     it('deletes each row once when 3 single batches run at the same time', async () => {
       for (let i = 0; i < 30; i += 1) await claimed(newId(), { ttlMs: SHORT_MS });
       await sleep(SHORT_MS + 20);
-      const counts = await Promise.all([store, h.anotherInstance(), h.anotherInstance()].map((s) => s.deleteExpired(100)));
+      const counts = await Promise.all(
+        [store, h.anotherInstance(), h.anotherInstance()].map((s) => s.deleteExpired(100)),
+      );
       expect(counts.reduce((a, b) => a + b, 0)).toBe(30);
       expect(await h.countRows()).toBe(0);
     });

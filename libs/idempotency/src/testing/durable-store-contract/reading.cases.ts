@@ -5,7 +5,14 @@ import { expect } from '../contract-expect.js';
 import { claimRequest, newId, sleep } from '../contract-fixtures.js';
 import { itEach, type ContractTestRunner } from '../contract-runner.js';
 import { countedWork, expectStoreError } from './durable-helpers.js';
-import { ROW_DAMAGES, sampleResponse, SHORT_MS, type DurableStoreUnderTest, type DurableSuite, type RowDamage } from './durable-suite.js';
+import {
+  ROW_DAMAGES,
+  sampleResponse,
+  SHORT_MS,
+  type DurableStoreUnderTest,
+  type DurableSuite,
+  type RowDamage,
+} from './durable-suite.js';
 
 /**
  * The durable-tier contract's reading cases: `get` (expired rows, other instances), and rows

@@ -50,7 +50,11 @@ export function describeRowLocks(
       }
       await running;
       expect(await h.businessRowExists(business)).toBe(true);
-      expect(await store.get(key)).toMatchObject({ state: 'completed', ownerToken: record.ownerToken, fencingToken: 1 });
+      expect(await store.get(key)).toMatchObject({
+        state: 'completed',
+        ownerToken: record.ownerToken,
+        fencingToken: 1,
+      });
     });
 
     it('row locks: a claim of the key answers existing at once; exclusive: after the commit', async () => {

@@ -65,7 +65,9 @@ export function describeTransaction({ describe, it, beforeEach }: ContractTestRu
     it('propagates a non-Error rejection of work unchanged', async () => {
       const key = newId();
       const record = await claimed(key);
-      await expect(store.transaction(key, record.ownerToken, () => Promise.reject('plain string'))).rejects.toBe('plain string');
+      await expect(store.transaction(key, record.ownerToken, () => Promise.reject('plain string'))).rejects.toBe(
+        'plain string',
+      );
       expect(await store.get(key)).toEqual(record);
     });
 

@@ -2,7 +2,16 @@ import type { IdempotencyRecord } from '../../interfaces/idempotency-record.inte
 import type { IdempotencyStore } from '../../stores/idempotency-store.js';
 import { commonGetCases } from '../common-cases.js';
 import { expect } from '../contract-expect.js';
-import { claimRequest, LONG_MS, newFingerprint, newId, newToken, NON_UTF8_BODY, sampleResponse, sleep } from '../contract-fixtures.js';
+import {
+  claimRequest,
+  LONG_MS,
+  newFingerprint,
+  newId,
+  newToken,
+  NON_UTF8_BODY,
+  sampleResponse,
+  sleep,
+} from '../contract-fixtures.js';
 import { type ContractTestRunner } from '../contract-runner.js';
 import { CLOCK_SLACK_MS, SHORT_MS, type StoreSuite } from './store-suite.js';
 
