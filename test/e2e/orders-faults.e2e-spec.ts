@@ -208,14 +208,12 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
     expect(retry.body.equals(first.body)).toBe(true);
     await attempt.expectOneOrderOneCharge();
     // The retry completed the fast record from the durable row: the next one is a fast-tier replay.
-    const keyId = app
-      .get(IdempotencyAdmin)
-      .keyIdOf({
-        operation: 'orders.create',
-        tenant: attempt.tenantId,
-        key: attempt.key,
-        scope: ['tenant', 'operation'],
-      });
+    const keyId = app.get(IdempotencyAdmin).keyIdOf({
+      operation: 'orders.create',
+      tenant: attempt.tenantId,
+      key: attempt.key,
+      scope: ['tenant', 'operation'],
+    });
     expect((await app.get(IdempotencyService).store.get(keyId))?.state).toBe('completed');
     expect(isReplay(await attempt.send())).toBe(true);
   });
