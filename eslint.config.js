@@ -30,5 +30,11 @@ export default tseslint.config(
     files: ['**/*.spec.ts', '**/*.e2e-spec.ts', 'test/**/*.ts', 'libs/idempotency/test/**/*.ts'],
     languageOptions: { globals: { ...globals.jest } },
   },
+  {
+    // CommonJS config files (Jest's): require() is how they load one another.
+    files: ['**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs' },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
+  },
   prettier,
 );

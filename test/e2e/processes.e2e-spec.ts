@@ -41,16 +41,27 @@ async function createOrder(base: string, tenantId: string): Promise<{ id: string
   return (await res.json()) as { id: string; paymentId: string };
 }
 
-async function getJson(
+/** `/health`'s body: statuses per indicator (with the admin token, also why). */
+interface HealthBody {
+  status: string;
+  details: {
+    database: { status: string };
+    redis: { status: string };
+    idempotency: { status: string; fast: { status: string }; durable: { status: string } };
+  };
+}
+
+/** A GET whose JSON body the caller types as the route answers it. */
+async function getJson<TBody = unknown>(
   base: string,
   path: string,
   tenantId?: string,
   headers: Record<string, string> = {},
-): Promise<{ status: number; type: string | null; body: any }> {
+): Promise<{ status: number; type: string | null; body: TBody }> {
   const res = await fetch(`${base}${path}`, {
     headers: { ...headers, ...(tenantId ? { 'X-Tenant-ID': tenantId } : {}) },
   });
-  return { status: res.status, type: res.headers.get('content-type'), body: await res.json() };
+  return { status: res.status, type: res.headers.get('content-type'), body: (await res.json()) as TBody };
 }
 
 const running: OrdersProcess[] = [];
@@ -90,11 +101,11 @@ describe('embedded defaults as a process', () => {
     expect(existsSync(join(cwd, '.data', 'orders.sqlite'))).toBe(true);
 
     const second = await start({ cwd });
-    const again = await getJson(second.url, `/orders/${order.id}`, tenantId);
+    const again = await getJson<{ id: string }>(second.url, `/orders/${order.id}`, tenantId);
     expect(again.status).toBe(200);
     expect(again.body.id).toBe(order.id);
-    const payments = await getJson(second.url, '/payments', tenantId);
-    expect(payments.body.map((p: { id: string }) => p.id)).toEqual([order.paymentId]);
+    const payments = await getJson<Array<{ id: string }>>(second.url, '/payments', tenantId);
+    expect(payments.body.map((p) => p.id)).toEqual([order.paymentId]);
     // Migrations ran once, on the first start only.
     expect(first.output()).toContain(`Applied ${ORDERS_MIGRATIONS.length} migration(s)`);
     expect(second.output()).not.toContain('Applied');
@@ -144,8 +155,8 @@ describe('several instances against one empty PostgreSQL database', () => {
       const seenByB = await getJson(b.url, `/orders/${order.id}`, tenantId);
       expect(seenByB.status).toBe(200);
       const fromB = await createOrder(b.url, tenantId);
-      const listOnA = await getJson(a.url, '/orders', tenantId);
-      expect(listOnA.body.map((o: { id: string }) => o.id)).toEqual([fromB.id, order.id]);
+      const listOnA = await getJson<Array<{ id: string }>>(a.url, '/orders', tenantId);
+      expect(listOnA.body.map((o) => o.id)).toEqual([fromB.id, order.id]);
       for (const instance of [a, b]) {
         expect((await getJson(instance.url, '/health')).status).toBe(200);
       }
@@ -233,14 +244,14 @@ describe('health when Redis is configured but down', () => {
     const adminToken = `adm_${randomUUID().replaceAll('-', '')}`;
     const app = await start({ cwd, env: { REDIS_URL: `redis://127.0.0.1:${redisPort}`, ADMIN_TOKEN: adminToken } });
 
-    const up = await getJson(app.url, '/health');
+    const up = await getJson<HealthBody>(app.url, '/health');
     expect(up.status).toBe(200);
     expect(up.body.status).toBe('ok');
     expect(up.body.details.redis.status).toBe('up');
 
     await stopRedis();
     const started = Date.now();
-    const down = await getJson(app.url, '/health');
+    const down = await getJson<HealthBody>(app.url, '/health');
     expect(down.status).toBe(503);
     expect(Date.now() - started).toBeLessThan(3000);
     expect(down.type).toMatch(/^application\/problem\+json/);
@@ -266,7 +277,9 @@ describe('health when Redis is configured but down', () => {
       /message|latencyMs|ECONNREFUSED|127\.0\.0\.1|Redis idempotency store/,
     );
     // The admin token shows why, in the same problem.
-    const detailed = await getJson(app.url, '/health', undefined, { Authorization: `Bearer ${adminToken}` });
+    const detailed = await getJson<HealthBody>(app.url, '/health', undefined, {
+      Authorization: `Bearer ${adminToken}`,
+    });
     expect(detailed.status).toBe(503);
     expect(detailed.body.details).toMatchObject({
       redis: { status: 'down', message: expect.any(String) },
@@ -306,7 +319,7 @@ describe('health when Redis is configured but down', () => {
   it('starts even when Redis is down from the beginning, and says 503', async () => {
     const unused = await freePort();
     const app = await start({ cwd, env: { REDIS_URL: `redis://127.0.0.1:${unused}` } });
-    const down = await getJson(app.url, '/health');
+    const down = await getJson<HealthBody>(app.url, '/health');
     expect(down.status).toBe(503);
     expect(down.body.details.redis.status).toBe('down');
     expect(down.body.details.idempotency.fast.status).toBe('down');

@@ -58,7 +58,7 @@ async function compile(name: string): Promise<string> {
       await promisify(execFile)(process.execPath, args, { cwd: REPO_ROOT, timeout: 300_000 });
     } catch (error) {
       const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-      throw new Error(`${step} failed:\n${stdout}\n${stderr}`);
+      throw new Error(`${step} failed:\n${stdout}\n${stderr}`, { cause: error });
     }
   }
   // Under node_modules Node finds no package scope: say that the output is ESM.

@@ -100,7 +100,7 @@ class ChargesController {
   @Post('charges')
   @UseGuards(DenyGuard)
   @Idempotent()
-  async create(@Body() body: Charge, @Res({ passthrough: true }) res: { setHeader?: Function; header?: Function }) {
+  async create(@Body() body: Charge, @Res({ passthrough: true }) res: HeaderWriter) {
     if (body?.gate) await this.probe.gate(body.gate);
     const seq = this.probe.next();
     setHeader(res, 'Location', `/charges/${seq}`);
@@ -184,7 +184,7 @@ class ChargesController {
 
   @Post('big')
   @Idempotent({ maxStoredResponseBytes: 64 })
-  big(@Res({ passthrough: true }) res: { setHeader?: Function; header?: Function }) {
+  big(@Res({ passthrough: true }) res: HeaderWriter) {
     const seq = this.probe.next();
     setHeader(res, 'Location', `/big/${seq}`);
     return { seq, padding: 'x'.repeat(200) };
@@ -311,7 +311,13 @@ class TransactionalEffectsController {
   }
 }
 
-function setHeader(res: { setHeader?: Function; header?: Function }, name: string, value: string): void {
+/** The response's header setter: Express's `setHeader`, or Fastify's `header` (with its `raw`). */
+interface HeaderWriter {
+  setHeader?: (name: string, value: string) => unknown;
+  header?: (name: string, value: string) => unknown;
+}
+
+function setHeader(res: HeaderWriter, name: string, value: string): void {
   if (typeof res.header === 'function' && (res as { raw?: unknown }).raw) res.header(name, value);
   else res.setHeader!(name, value);
 }

@@ -83,7 +83,7 @@ export function buildOrdersAppOnce(): Promise<string> {
         await promisify(execFile)(process.execPath, args, { cwd: REPO_ROOT, timeout: 180_000 });
       } catch (error) {
         const { stdout = '', stderr = '' } = error as { stdout?: string; stderr?: string };
-        throw new Error(`${name} failed:\n${stdout}\n${stderr}`);
+        throw new Error(`${name} failed:\n${stdout}\n${stderr}`, { cause: error });
       }
     }
     await writeFile(BUILD_STAMP, digest);

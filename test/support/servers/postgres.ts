@@ -28,6 +28,7 @@ export async function connectPostgresOrFail(url: string = TEST_DATABASE_URL): Pr
       `PostgreSQL not reachable at ${where(url)}: start it (see README, "Running the tests": ` +
         '`docker compose up -d postgres`, or `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start` ' +
         `and \`createdb test\`). Cause: ${(error as Error).message}`,
+      { cause: error },
     );
   }
 }

@@ -24,6 +24,7 @@ export async function connectRabbitOrFail(url: string = rabbitmqUrl()): Promise<
       `RabbitMQ not reachable at ${hostname}:${port || 5672}: start it (see README, "Running the tests": ` +
         '`docker compose up -d rabbitmq`, or `rabbitmq-server -detached`, which takes a few seconds to accept connections). ' +
         `Cause: ${(error as Error).message}`,
+      { cause: error },
     );
   }
 }

@@ -47,6 +47,7 @@ export async function openRedis(url: string = redisUrl(), options: RedisOptions 
       `Redis not reachable at ${where(url)}: start it (see README, "Running the tests": ` +
         '`docker compose up -d redis`, or `redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" ' +
         `--appendonly no\`). Cause: ${(error as Error).message}`,
+      { cause: error },
     );
   }
 }

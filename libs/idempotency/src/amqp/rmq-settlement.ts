@@ -10,7 +10,10 @@ import { AmqpSettler, type AmqpSettlerOptions } from './amqp-settler.js';
  * @publicApi
  */
 export interface RmqContextLike {
+  // Nest's own signatures: `unknown` would stop an inferred context from reading or acking the message.
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as RmqContext.getMessage()
   getMessage(): Record<string, any>;
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as RmqContext.getChannelRef()
   getChannelRef(): any;
 }
 

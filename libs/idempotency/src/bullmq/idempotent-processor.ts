@@ -16,6 +16,7 @@ import { IdempotentConsumerKeyError } from '../consumers/idempotent-consumer-key
  *
  * @publicApi
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same default as BullMQ's Job<DataType = any>
 export type IdempotentJob<TData = any> = Pick<Job<TData>, 'id' | 'name' | 'data'> &
   Partial<Pick<Job<TData>, 'moveToDelayed'>>;
 
@@ -41,6 +42,7 @@ export interface IdempotentProcessorOptions<TJob extends IdempotentJob = Job> ex
 }
 
 /** A BullMQ processor that also receives the idempotency context of the job's run. @publicApi */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same default as BullMQ's Processor<T, R = any>
 export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any> = (
   job: TJob,
   idempotency: IdempotencyContextRef,
@@ -76,6 +78,7 @@ export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any
  *   }), { connection });
  * @publicApi
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- as BullMQ's Processor<T, R = any>, also when only TJob is given
 export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = any>(
   idempotency: IdempotencyService,
   options: IdempotentProcessorOptions<TJob>,

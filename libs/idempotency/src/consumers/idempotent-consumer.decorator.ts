@@ -18,6 +18,7 @@ import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js
  * async onOrderCreated(@Payload() event: OrderCreated) { await this.billing.open(event); }
  * @publicApi
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- untyped like Nest's @Payload() data and its transport contexts
 export const IdempotentConsumer = <TData = any, TContext = any>(options: IdempotentConsumerOptions<TData, TContext>) =>
   applyDecorators(
     IdempotentConsumerHandler(options as IdempotentConsumerOptions),

@@ -49,6 +49,7 @@ export interface ConsumerIdempotencyOptions<TMessage, TArgs extends unknown[] = 
  * handle(@Payload() data: OrderCreated) { ... }
  * @publicApi
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- untyped like Nest's @Payload() data and its transport contexts
 export interface IdempotentConsumerOptions<TData = any, TContext = any> extends ConsumerIdempotencyOptions<
   TData,
   [context: TContext]

@@ -1,6 +1,7 @@
 import type { MessageDisposition } from './message-disposition.js';
 
 /** What a settlement knows of the message it settles. @publicApi */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as IdempotentConsumerOptions
 export interface SettlementInput<TData = any, TContext = any> {
   /** The consumer's name (`IdempotentConsumerOptions.consumer`). */
   consumer: string;
@@ -19,6 +20,7 @@ export interface SettlementInput<TData = any, TContext = any> {
  *
  * @publicApi
  */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same defaults as IdempotentConsumerOptions
 export interface MessageSettlement<TData = any, TContext = any> {
   settle(disposition: MessageDisposition, input: SettlementInput<TData, TContext>): Promise<void>;
 }

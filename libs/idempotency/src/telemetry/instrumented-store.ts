@@ -27,6 +27,9 @@ const OBSERVED_CALLS: Record<string, { phase: string; traced: boolean }> = {
   deleteExpired: { phase: 'delete_expired', traced: false },
 };
 
+/** A member of a store that is a function, as the proxy sees it. */
+type StoreMethod = (...args: unknown[]) => unknown;
+
 /**
  * Wraps a fast or durable store at the engine boundary, so every store is measured the same way
  * without touching its code. The wrapper is a `Proxy`: `instanceof` and every other member behave
@@ -34,8 +37,8 @@ const OBSERVED_CALLS: Record<string, { phase: string; traced: boolean }> = {
  */
 export function instrumentStore<S extends object>(store: S, tier: StoreTier, observe: StoreCallObserver): S {
   // One wrapper per method, made on first use: store calls are on every request's hot path.
-  const wrappers = new Map<PropertyKey, { method: Function; wrapper: Function }>();
-  const wrap = (property: PropertyKey, method: (...a: unknown[]) => Promise<unknown>): Function => {
+  const wrappers = new Map<PropertyKey, { method: StoreMethod; wrapper: StoreMethod }>();
+  const wrap = (property: PropertyKey, method: StoreMethod): StoreMethod => {
     const observed = typeof property === 'string' ? OBSERVED_CALLS[property] : undefined;
     if (!observed) return method.bind(store);
     return (...args: unknown[]) => {
@@ -50,7 +53,8 @@ export function instrumentStore<S extends object>(store: S, tier: StoreTier, obs
           });
       }
       const isStoreFailure = () => !workFailed;
-      return observe({ tier, ...observed, isStoreFailure }, () => method.apply(store, args));
+      // Every observed call is one of the store's async methods.
+      return observe({ tier, ...observed, isStoreFailure }, () => method.apply(store, args) as Promise<unknown>);
     };
   };
   return new Proxy(store, {
@@ -61,8 +65,9 @@ export function instrumentStore<S extends object>(store: S, tier: StoreTier, obs
       const cached = wrappers.get(property);
       // A method replaced on the instance (a test's spy) gets a wrapper of its own.
       if (cached?.method === value) return cached.wrapper;
-      const wrapper = wrap(property, value as (...a: unknown[]) => Promise<unknown>);
-      wrappers.set(property, { method: value, wrapper });
+      const method = value as StoreMethod;
+      const wrapper = wrap(property, method);
+      wrappers.set(property, { method, wrapper });
       return wrapper;
     },
   });
