@@ -5,7 +5,10 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster } from 'ioredis';
 import { REDIS_FAIL_FAST_OPTIONS } from 'nestjs-idempotency/redis';
-import { freePort } from '../net/free-port.js';
+import { freePortWithCompanion } from '../net/free-port.js';
+
+/** A cluster node's bus listens this far above its port (Redis' fixed offset). */
+const CLUSTER_BUS_OFFSET = 10_000;
 import { waitUntil } from '../timing.js';
 import { askNode, startRedisServer, type ThrowawayRedis } from './redis-server.js';
 
@@ -72,7 +75,8 @@ export async function startRedisCluster(
       await servers.get(port)?.stop();
       await launchNode(port);
     };
-    for (let i = 0; i < masters * (1 + replicas); i++) await launchNode(await freePort());
+    for (let i = 0; i < masters * (1 + replicas); i++)
+      await launchNode(await freePortWithCompanion(CLUSTER_BUS_OFFSET));
     const ports = [...servers.keys()];
     const addresses = ports.map((port) => `127.0.0.1:${port}`);
     await promisify(execFile)(
