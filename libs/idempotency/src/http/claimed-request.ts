@@ -18,14 +18,14 @@ import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import {
   isHeadersSentError,
+  isRenderingOf,
   renderHandlerOutcome,
-  statusOfOutcome,
   type RouteResponseState,
 } from './handler-response.js';
 import { HandlerSettlement } from './handler-settlement.js';
 import { setHeader, type HttpRequest, type HttpResponse } from './http-request.js';
 import { notRunProblemKind, problemResponse, type ProblemOptions } from './problem-responses.js';
-import { ResponseCapture, type CapturedResponse } from './response-capture.js';
+import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 import type { RouteState } from './route-state.js';
 import { replayMarker } from './stored-answer.js';
 
@@ -53,7 +53,7 @@ export function runClaimedRequest(
   context: ExecutionContext,
   next: CallHandler,
   claim: IdempotencyClaim,
-  { policy, outcome: routeOutcome, ownHeaders, handlerWrites }: RouteState,
+  { policy, outcome: routeOutcome, ownHeaders, handlerWrites, passthrough, redirects }: RouteState,
   echo: string | undefined,
   { engine, logger, createProblem }: ClaimedRequestDeps,
 ): Observable<unknown> {
@@ -72,6 +72,8 @@ export function runClaimedRequest(
   let routeAtSettlement = routeAtStart;
   const handled = deferred<HandlerOutcome>();
   const executed = deferred<ExecutionResult>();
+  /** What replaces the handler's own held answer when its transaction rolled back under it. */
+  let replaceOwnAnswer: CapturedResponse | undefined;
 
   // Installed before the handler starts: a handler may write its response synchronously.
   // A transactional response must not leave before its commit, however large it is.
@@ -79,13 +81,15 @@ export function runClaimedRequest(
   new ResponseCapture(raw, holdBytes, async (captured) => {
     // Classified synchronously: the handler's flow is only visible from the writer's own call.
     // An outer layer's answer before the handler settled is not the record: it leaves at once.
-    if (settlement.written(captured) === 'early') return undefined;
+    const origin = settlement.written(captured);
+    if (origin === 'early') return undefined;
     const result = await executed.promise;
-    return result.kind === 'replaced'
-      ? problemResponse(
-          createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds }),
-        )
-      : undefined;
+    if (result.kind === 'replaced') {
+      return problemResponse(
+        createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds }),
+      );
+    }
+    return origin === 'handler' && replaceOwnAnswer ? asReplacement(replaceOwnAnswer) : undefined;
   });
   // The client may have gone while the claim was being made: 'close' has fired already.
   if (raw.destroyed || raw.socket?.destroyed) settlement.close();
@@ -93,18 +97,44 @@ export function runClaimedRequest(
 
   const recordOf = async (outcome: HandlerOutcome): Promise<StoredResponse> => {
     const own = settlement.handlerResponse;
-    if (own) return toStored(own, ownHeaders);
-    if (settlement.answeredEarly && handlerWrites && (outcome.ok || isHeadersSentError(outcome.error))) {
+    if (own && (outcome.ok || !policy.transactional)) return toStored(own, ownHeaders);
+    if (own) {
+      // A transactional handler that answered, then failed: its writes roll back, so its answer
+      // must not go out as if they had not; the client and the record get its failure.
+      replaceOwnAnswer = renderHandlerOutcome(outcome, routeAtSettlement);
+      return toStored(replaceOwnAnswer, ownHeaders);
+    }
+    // A handler that writes its own answer fails last on that write, once its work is done; a
+    // passthrough handler that hits a sent response was still at work (setting a header).
+    const answersItself = outcome.ok ? outcome.value === undefined : !passthrough && isHeadersSentError(outcome.error);
+    if (settlement.answeredEarly && handlerWrites && answersItself) {
       // A `@Res()` handler whose response an outer layer pre-empted: what it did stands, but
-      // there are no bytes of its own to replay (docs/contract.md B.7 rule 17a, last case).
+      // there are no bytes of its own to replay (docs/contract.md B.7 rule 17a, last case). A
+      // passthrough handler that returned a value has it rendered below, as any other.
       return toStored(
         { ...renderHandlerOutcome({ ok: true, value: undefined }, routeAtStart), bodyOmitted: true },
         ownHeaders,
       );
     }
+    if (handlerWrites && outcome.ok) {
+      // A handler given the response may answer from a callback after it returned: that write,
+      // whatever its status, is its answer. None in time: it did not answer through Nest either.
+      const late = await Promise.race([
+        settlement.handlerWrote(),
+        settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS),
+      ]);
+      const answer = settlement.handlerResponse;
+      if (answer) return toStored(answer, ownHeaders);
+      if (late && isRenderingOf(late, outcome, { ...routeAtSettlement, redirects }, policy)) {
+        return toStored(late, ownHeaders);
+      }
+      const rendered = renderHandlerOutcome(outcome, routeAtSettlement);
+      return toStored(outcome.value === undefined ? { ...rendered, bodyOmitted: true } : rendered, ownHeaders);
+    }
     const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
-    const status = statusOfOutcome(outcome, routeAtSettlement);
-    if (written && (status === undefined || written.statusCode === status)) return toStored(written, ownHeaders);
+    if (written && isRenderingOf(written, outcome, { ...routeAtSettlement, redirects }, policy)) {
+      return toStored(written, ownHeaders);
+    }
     return toStored(renderHandlerOutcome(outcome, routeAtSettlement), ownHeaders);
   };
 
@@ -164,6 +194,14 @@ export function runClaimedRequest(
       throw outcome.error;
     }),
   );
+}
+
+function asReplacement(answer: CapturedResponse): ReplacementResponse {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(answer.headers)) {
+    if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value);
+  }
+  return { statusCode: answer.statusCode, headers, body: answer.body ?? Buffer.alloc(0) };
 }
 
 function toStored(captured: CapturedResponse, ownHeaders: ReadonlySet<string>): StoredResponse {

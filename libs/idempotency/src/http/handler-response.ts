@@ -2,6 +2,7 @@ import { HttpException, StreamableFile } from '@nestjs/common';
 import type { OutgoingHttpHeaders } from 'node:http';
 import { STATUS_CODES } from 'node:http';
 import type { HandlerOutcome } from '../engine/idempotency-engine.types.js';
+import { decideOutcome, type OutcomePolicy } from '../engine/outcome-policy.js';
 import type { CapturedResponse } from './response-capture.js';
 
 /** The route's status and headers as they stood when the handler settled. */
@@ -74,12 +75,25 @@ function safeJson(body: unknown, statusCode: number): string {
   }
 }
 
-/** Whether the status a response was written with is that of the handler's own outcome. */
-export function statusOfOutcome(outcome: HandlerOutcome, route: RouteResponseState): number | undefined {
-  if (outcome.ok) return route.statusCode;
-  // An error of another kind: the route's exception filters decide its status, and the written
-  // response is their rendering.
-  return outcome.error instanceof HttpException ? outcome.error.getStatus() : undefined;
+/**
+ * Whether a response written after the handler settled is the route's rendering of the handler's
+ * own outcome, and not an outer layer's change of it (docs/contract.md B.7 rule 17a):
+ * - a value: written with the route's status (or, under `@Redirect()`, a redirect);
+ * - an `HttpException`: an error status the outcome policy treats as the exception's own (an
+ *   exception filter may restyle a 400 as a 422 problem; it may not turn a 402 into a 502);
+ * - another error: an error status (only the route's filters know which); never a success.
+ */
+export function isRenderingOf(
+  written: CapturedResponse,
+  outcome: HandlerOutcome,
+  route: RouteResponseState & { redirects: boolean },
+  policy: OutcomePolicy,
+): boolean {
+  const status = written.statusCode;
+  if (outcome.ok) return status === route.statusCode || (route.redirects && status >= 300 && status < 400);
+  if (status < 400) return false;
+  if (!(outcome.error instanceof HttpException)) return true;
+  return decideOutcome(status, policy) === decideOutcome(outcome.error.getStatus(), policy);
 }
 
 /** The error a handler throws when it writes to a response an outer layer has already sent. */

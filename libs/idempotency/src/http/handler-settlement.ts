@@ -61,7 +61,8 @@ export class HandlerSettlement {
 
   /** Classifies a completed write and remembers it. */
   written(captured: CapturedResponse): WriteOrigin {
-    if (this.handlerWrites && handlerFlow.getStore() === this.flowToken && !this.outcome) {
+    // From the handler's own flow, before or after it returned (a callback that answers later).
+    if (this.handlerWrites && handlerFlow.getStore() === this.flowToken) {
       this.ownWrite ??= captured;
       for (const waiter of this.ownWriteWaiters.splice(0)) waiter(captured);
       return 'handler';

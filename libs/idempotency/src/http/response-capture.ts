@@ -56,7 +56,9 @@ export class ResponseCapture {
     this.originalEnd = raw.end as unknown as End;
     const patched = raw as unknown as Record<'writeHead' | 'write' | 'end', unknown>;
     patched.writeHead = (...args: Parameters<WriteHead>) => {
-      this.headArgs = args;
+      // Once ended, the answer is fixed: a later writer (an exception filter, Nest writing a
+      // passthrough result) must not change the status or headers of the held response.
+      if (!this.endCalled) this.headArgs = args;
       return raw;
     };
     patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) => {
@@ -108,8 +110,18 @@ export class ResponseCapture {
     this.endCalled = true;
     this.append(chunk, encoding);
     const captured = this.snapshot();
+    const heldStatus = this.raw.statusCode;
+    const heldHeaders = this.raw.getHeaders();
+    // While held, the response reads as sent: Nest's exception filter and adapters then leave it
+    // alone (`headersSent` on Express, `reply.sent` through `writableEnded` on Fastify).
+    const sent = { get: () => true, configurable: true };
+    Object.defineProperty(this.raw, 'headersSent', sent);
+    Object.defineProperty(this.raw, 'writableEnded', sent);
     const send = (replacement: ReplacementResponse | void) => {
+      delete (this.raw as { headersSent?: boolean }).headersSent;
+      delete (this.raw as { writableEnded?: boolean }).writableEnded;
       this.restoreAll();
+      if (!this.overflowed) restoreHead(this.raw, heldStatus, heldHeaders);
       if (replacement && !this.overflowed && !this.raw.headersSent) {
         // The representation is replaced; CORS and other cross-cutting headers stay, whether they
         // were set on the response (Express) or handed to writeHead (Fastify).
@@ -176,6 +188,14 @@ export class ResponseCapture {
     raw.write = this.originalWrite;
     raw.end = this.originalEnd;
   }
+}
+
+/** Puts back the status and headers a held response ended with, whatever was set after its end. */
+function restoreHead(raw: ServerResponse, statusCode: number, headers: OutgoingHttpHeaders): void {
+  if (raw.headersSent) return;
+  raw.statusCode = statusCode;
+  for (const name of raw.getHeaderNames()) if (!(name in headers)) raw.removeHeader(name);
+  for (const [name, value] of Object.entries(headers)) if (value !== undefined) raw.setHeader(name, value);
 }
 
 /** Headers that describe the body being replaced, dropped with it. */

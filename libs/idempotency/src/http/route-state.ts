@@ -2,7 +2,7 @@
  * What every request of one `@Idempotent()` route shares (its resolved policy, its outcome
  * override, whether its handler writes the response itself), resolved on its first request.
  */
-import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
+import { REDIRECT_METADATA, RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import type { ExecutionContext } from '@nestjs/common';
 import type { Reflector } from '@nestjs/core';
@@ -19,8 +19,12 @@ export interface RouteState {
   outcome: OutcomeOverride | undefined;
   /** Headers the interceptor sets itself: never stored (the key echo, the replay marker). */
   ownHeaders: ReadonlySet<string>;
-  /** The handler takes the response (`@Res()`, `@Next()`) and may write it itself. */
+  /** The handler takes the response (`@Res()`, passthrough or not, `@Next()`) and may write it itself. */
   handlerWrites: boolean;
+  /** `@Res({ passthrough: true })`: the handler returns its result for Nest to write. */
+  passthrough: boolean;
+  /** `@Redirect()`: Nest answers a 3xx after the handler, over the route's 201 or 200. */
+  redirects: boolean;
 }
 
 /** The state of each route, by controller and handler; `null` for a route without `@Idempotent()`. */
@@ -55,21 +59,25 @@ export class RouteStates {
       outcome: this.reflector.getAllAndOverride(IdempotencyOutcomeRoute, [context.getHandler(), context.getClass()]),
       ownHeaders: new Set([IDEMPOTENCY_KEY_HEADER.toLowerCase(), policy.replayHeader.name.toLowerCase()]),
       handlerWrites: takesResponse(context),
+      passthrough:
+        Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, context.getClass(), context.getHandler().name) === true,
+      redirects: Reflect.getMetadata(REDIRECT_METADATA, context.getHandler()) !== undefined,
     };
   }
 }
 
 /**
- * True when the handler takes the response over (`@Res()` without passthrough, or `@Next()`): it
- * writes the answer itself. A passthrough handler returns its result for Nest to write.
+ * True when the handler is handed the response (`@Res()`, with passthrough or not, or `@Next()`):
+ * it may write the answer itself, and its writes are told from outer layers' by their flow.
  */
 function takesResponse(context: ExecutionContext): boolean {
-  const controller = context.getClass();
-  const method = context.getHandler().name;
-  const args: Record<string, unknown> | undefined = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, method);
-  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, method) === true;
+  const args: Record<string, unknown> | undefined = Reflect.getMetadata(
+    ROUTE_ARGS_METADATA,
+    context.getClass(),
+    context.getHandler().name,
+  );
   return Object.keys(args ?? {}).some((key) => {
     const type = Number(key.split(':')[0]);
-    return type === RouteParamtypes.NEXT || (type === RouteParamtypes.RESPONSE && !passthrough);
+    return type === RouteParamtypes.NEXT || type === RouteParamtypes.RESPONSE;
   });
 }
