@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
-import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { ClaimRequest } from '../stores/idempotency-store.js';
+import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { ClaimRequest, ClaimResult } from '../stores/idempotency-store.js';
+import { expect } from './contract-expect.js';
 
 /**
  * What both store contract suites write and wait with: ids, tokens and fingerprints shaped like
@@ -43,4 +44,35 @@ export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredR
     body: Buffer.from(NON_UTF8_BODY),
     ...overrides,
   };
+}
+
+/** What both store contracts need of a store to stage a record: the fast and the durable tier alike. */
+interface StagingStore {
+  claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
+  complete(key: string, ownerToken: string, response: StoredResponse): Promise<boolean>;
+  get(key: string): Promise<IdempotencyRecord | undefined>;
+}
+
+/** Claims `key` afresh, failing the case if it was not free. */
+export async function claimedIn(
+  store: StagingStore,
+  key: string,
+  overrides: Partial<ClaimRequest> = {},
+): Promise<IdempotencyRecord> {
+  const result = await store.claim(key, claimRequest(overrides));
+  if (result.kind !== 'claimed') throw new Error(`expected a claim of ${key}, got ${result.kind}`);
+  return result.record;
+}
+
+/** Claims and completes `key` with `response`, and returns the record as stored. */
+export async function completedIn(
+  store: StagingStore,
+  key: string,
+  response: StoredResponse,
+): Promise<IdempotencyRecord> {
+  const record = await claimedIn(store, key);
+  expect(await store.complete(key, record.ownerToken, response)).toBe(true);
+  const stored = await store.get(key);
+  if (!stored) throw new Error(`record ${key} vanished after complete`);
+  return stored;
 }

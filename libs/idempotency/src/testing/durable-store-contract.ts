@@ -1,8 +1,7 @@
-import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest } from '../stores/idempotency-store.js';
-import { expect } from './contract-expect.js';
-import { claimRequest } from './contract-fixtures.js';
+import { claimedIn, completedIn } from './contract-fixtures.js';
 import { resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { describeClaim, describeTakeOver } from './durable-store-contract/claim.cases.js';
 import {
@@ -56,19 +55,8 @@ export function describeDurableStoreContract(
       cleanup = undefined;
     });
 
-    async function claimed(key: string, overrides: Partial<ClaimRequest> = {}): Promise<IdempotencyRecord> {
-      const result = await store.claim(key, claimRequest(overrides));
-      if (result.kind !== 'claimed') throw new Error(`expected a claim of ${key}, got ${result.kind}`);
-      return result.record;
-    }
-
-    async function completed(key: string, response: StoredResponse = sampleResponse()): Promise<IdempotencyRecord> {
-      const record = await claimed(key);
-      expect(await store.complete(key, record.ownerToken, response)).toBe(true);
-      const stored = await store.get(key);
-      if (!stored) throw new Error(`record ${key} vanished after complete`);
-      return stored;
-    }
+    const claimed = (key: string, overrides: Partial<ClaimRequest> = {}) => claimedIn(store, key, overrides);
+    const completed = (key: string, response: StoredResponse = sampleResponse()) => completedIn(store, key, response);
 
     const suite: DurableSuite = {
       harness: () => h,

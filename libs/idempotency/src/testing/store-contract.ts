@@ -1,7 +1,6 @@
-import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import type { ClaimRequest, IdempotencyStore } from '../stores/idempotency-store.js';
-import { expect } from './contract-expect.js';
-import { claimRequest, sampleResponse } from './contract-fixtures.js';
+import { claimedIn, completedIn, sampleResponse } from './contract-fixtures.js';
 import { resolveRunner, type ContractTestRunner } from './contract-runner.js';
 import { describeClaim, describeTakeOver } from './store-contract/claim.cases.js';
 import { describeComplete, describeExtend, describeRelease } from './store-contract/complete-release-extend.cases.js';
@@ -53,19 +52,8 @@ export function describeStoreContract(
       cleanup = undefined;
     });
 
-    async function claimed(key: string, overrides: Partial<ClaimRequest> = {}): Promise<IdempotencyRecord> {
-      const result = await store.claim(key, claimRequest(overrides));
-      if (result.kind !== 'claimed') throw new Error(`expected a claim of ${key}, got ${result.kind}`);
-      return result.record;
-    }
-
-    async function completed(key: string, response: StoredResponse = sampleResponse()): Promise<IdempotencyRecord> {
-      const record = await claimed(key);
-      expect(await store.complete(key, record.ownerToken, response)).toBe(true);
-      const stored = await store.get(key);
-      if (!stored) throw new Error(`record ${key} vanished after complete`);
-      return stored;
-    }
+    const claimed = (key: string, overrides: Partial<ClaimRequest> = {}) => claimedIn(store, key, overrides);
+    const completed = (key: string, response: StoredResponse = sampleResponse()) => completedIn(store, key, response);
 
     const suite: StoreSuite = {
       store: () => store,
