@@ -1,4 +1,6 @@
 import 'reflect-metadata';
+import { writeFile } from 'node:fs/promises';
+import { Session } from 'node:inspector/promises';
 import { ValidationPipe } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
@@ -8,7 +10,14 @@ import { countDatabaseStatements, databaseStatementCount } from './statement-cou
 
 /** Messages between the driver (parent) and a bench server (this process, forked with IPC). */
 export type BenchServerMessage =
-  { type: 'listening'; port: number } | { type: 'counters'; dbStatements: number; cpuMicros: number };
+  | { type: 'listening'; port: number }
+  | { type: 'counters'; dbStatements: number; cpuMicros: number }
+  | { type: 'profiling' }
+  | { type: 'profiled'; path: string };
+
+/** What the driver asks a bench server: its counters, or to start / stop a CPU profile (`npm run bench:profile`). */
+export type BenchDriverMessage =
+  { type: 'counters' } | { type: 'profile-start' } | { type: 'profile-stop'; path: string };
 
 /**
  * One bench server: listens on a free port of 127.0.0.1, tells the driver the port over IPC,
@@ -28,10 +37,25 @@ async function main(): Promise<void> {
   await app.listen(0, '127.0.0.1');
   const address = app.getHttpServer().address() as { port: number };
   const send = (message: BenchServerMessage) => process.send?.(message);
-  process.on('message', (message: { type?: string }) => {
-    if (message.type !== 'counters') return;
-    const cpu = process.cpuUsage();
-    send({ type: 'counters', dbStatements: databaseStatementCount(), cpuMicros: cpu.user + cpu.system });
+  const profiler = new Session();
+  process.on('message', (message: BenchDriverMessage) => {
+    if (message.type === 'counters') {
+      const cpu = process.cpuUsage();
+      send({ type: 'counters', dbStatements: databaseStatementCount(), cpuMicros: cpu.user + cpu.system });
+    } else if (message.type === 'profile-start') {
+      // Only the measured load is profiled: start-up and module loading would drown it.
+      profiler.connect();
+      void profiler
+        .post('Profiler.enable')
+        .then(() => profiler.post('Profiler.start'))
+        .then(() => send({ type: 'profiling' }));
+    } else if (message.type === 'profile-stop') {
+      void profiler.post('Profiler.stop').then(async ({ profile }) => {
+        await writeFile(message.path, JSON.stringify(profile));
+        profiler.disconnect();
+        send({ type: 'profiled', path: message.path });
+      });
+    }
   });
   process.on('disconnect', () => void app.close().then(() => process.exit(0)));
   send({ type: 'listening', port: address.port });

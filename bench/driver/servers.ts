@@ -1,7 +1,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import type { BenchServerConfig } from '../app/bench-server.js';
-import type { BenchServerMessage } from '../app/main.js';
+import type { BenchDriverMessage, BenchServerMessage } from '../app/main.js';
 
 /** A bench server process (bench/app/main.ts), forked with an IPC channel. */
 export interface BenchServerProcess {
@@ -10,6 +10,8 @@ export interface BenchServerProcess {
   readonly pid: number;
   /** Database statements the process has sent, and the CPU time it used, since it started. */
   counters(): Promise<ServerCounters>;
+  /** Runs `during` with the server's CPU profiler on, and writes the profile to `path` (a `.cpuprofile`). */
+  profile<T>(path: string, during: () => Promise<T>): Promise<T>;
   stop(): Promise<void>;
 }
 
@@ -44,6 +46,12 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
     url: `http://127.0.0.1:${port}`,
     pid: child.pid!,
     counters: () => askCounters(child),
+    profile: async (path, during) => {
+      await ask(child, { type: 'profile-start' }, 'profiling');
+      const result = await during();
+      await ask(child, { type: 'profile-stop', path }, 'profiled');
+      return result;
+    },
     stop: () => stopChild(child),
   };
 }
@@ -51,6 +59,18 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
 export interface ServerCounters {
   dbStatements: number;
   cpuMicros: number;
+}
+
+function ask(child: ChildProcess, request: BenchDriverMessage, answer: BenchServerMessage['type']): Promise<void> {
+  return new Promise((resolve) => {
+    const onMessage = (message: BenchServerMessage) => {
+      if (message.type !== answer) return;
+      child.off('message', onMessage);
+      resolve();
+    };
+    child.on('message', onMessage);
+    child.send(request);
+  });
 }
 
 function askCounters(child: ChildProcess): Promise<ServerCounters> {
