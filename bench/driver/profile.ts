@@ -31,7 +31,7 @@ interface CpuProfile {
 const NOT_WORK = new Set(['(idle)', '(program)']);
 
 /**
- * `npm run bench:profile -- <scenario>... [--seconds N] [--top N]`: runs each scenario's server
+ * `npm run bench:profile -- <scenario>... [--seconds N] [--top N] [--repeat N] [--no-profiler]`: runs each scenario's server
  * alone under load, with V8's CPU profiler on during the measured run only, and prints where its
  * CPU went: server CPU µs per request, then the share of each package (this library by file) and
  * the hottest functions by self time. Profiles are kept in `bench/results/profiles/` (open them in
@@ -45,6 +45,8 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
   };
   const seconds = flag('--seconds', 8);
   const top = flag('--top', 30);
+  const repeat = flag('--repeat', 1);
+  const profiling = !options.argv.includes('--no-profiler');
   const scenarios = names.length ? names.map((name) => scenarioNamed(name)) : [scenarioNamed('fresh-redis')];
   const outDir = resolve(options.repoRoot, 'bench/results/profiles');
   await mkdir(outDir, { recursive: true });
@@ -66,15 +68,20 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
         const load = { connections: 10, durationSeconds: seconds };
         await runLoad(server.url, scenario, replayKey, { ...load, durationSeconds: 3 });
         await sleep(300);
-        const path = join(outDir, `${scenario.name}.cpuprofile`);
-        const before = await server.counters();
-        const result = await server.profile(path, () => runLoad(server.url, scenario, replayKey, load));
-        const after = await server.counters();
-        const cpuPerRequest = (after.cpuMicros - before.cpuMicros) / result.sent;
-        console.log(
-          `\n== ${scenario.name}: ${Math.round(result.rps)} req/s, ${Math.round(cpuPerRequest)} server CPU µs/req (profiler on), ${path}`,
-        );
-        console.log(summarizeProfile(JSON.parse(await readFile(path, 'utf8')) as CpuProfile, result.sent, top));
+        for (let run = 1; run <= repeat; run++) {
+          const path = join(outDir, `${scenario.name}.cpuprofile`);
+          const measured = () => runLoad(server.url, scenario, replayKey, load);
+          const before = await server.counters();
+          const result = profiling ? await server.profile(path, measured) : await measured();
+          const after = await server.counters();
+          const cpuPerRequest = (after.cpuMicros - before.cpuMicros) / result.sent;
+          console.log(
+            `== ${scenario.name}: ${Math.round(result.rps)} req/s, ${Math.round(cpuPerRequest)} server CPU µs/req` +
+              (profiling ? ` (profiler on), ${path}` : ''),
+          );
+          if (profiling)
+            console.log(summarizeProfile(JSON.parse(await readFile(path, 'utf8')) as CpuProfile, result.sent, top));
+        }
       } finally {
         await server.stop();
       }
@@ -105,7 +112,9 @@ function ownerOf(url: string): string {
 /** Self time per owner and per function, in µs per request, over the profile's working samples. */
 export function summarizeProfile(profile: CpuProfile, requests: number, top: number): string {
   const selfMicros = new Map<number, number>();
-  profile.samples.forEach((id, index) => selfMicros.set(id, (selfMicros.get(id) ?? 0) + (profile.timeDeltas[index] ?? 0)));
+  profile.samples.forEach((id, index) =>
+    selfMicros.set(id, (selfMicros.get(id) ?? 0) + (profile.timeDeltas[index] ?? 0)),
+  );
   const byOwner = new Map<string, number>();
   const byFunction = new Map<string, number>();
   let work = 0;
@@ -125,7 +134,10 @@ export function summarizeProfile(profile: CpuProfile, requests: number, top: num
       ...[...rows]
         .sort((a, b) => b[1] - a[1])
         .slice(0, top)
-        .map(([name, micros]) => `${(micros / requests).toFixed(1).padStart(7)} µs  ${((100 * micros) / work).toFixed(1).padStart(5)} %  ${name}`),
+        .map(
+          ([name, micros]) =>
+            `${(micros / requests).toFixed(1).padStart(7)} µs  ${((100 * micros) / work).toFixed(1).padStart(5)} %  ${name}`,
+        ),
     ].join('\n');
   return [
     `profiled work: ${(work / requests).toFixed(0)} µs/req`,

@@ -173,6 +173,7 @@ export function runClaimedRequest(
         idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
     })
     .then((result) => {
+      settlement.end();
       executed.resolve(result);
       if (result.kind === 'not-run') {
         const problem = createProblem(notRunProblemKind(result.reason), {
@@ -185,6 +186,7 @@ export function runClaimedRequest(
     .catch((error: unknown) => {
       // The engine freed the claim; whatever was written must still reach the client.
       logger.error(`the outcome of a request could not be recorded: ${String(error)}`);
+      settlement.end();
       executed.resolve({ kind: 'sent' });
       handled.resolve({ ok: false, error });
     });
@@ -223,7 +225,7 @@ function routeResponseState(
   withoutRepresentation = false,
 ): RouteResponseState {
   const reply = response as { getHeaders?: () => OutgoingHttpHeaders };
-  let headers: OutgoingHttpHeaders = { ...raw.getHeaders(), ...(response.raw ? reply.getHeaders?.() : undefined) };
+  let headers: OutgoingHttpHeaders = response.raw ? { ...raw.getHeaders(), ...reply.getHeaders?.() } : raw.getHeaders();
   if (withoutRepresentation)
     headers = Object.fromEntries(Object.entries(headers).filter(([name]) => !/^content-/i.test(name)));
   return { statusCode: raw.statusCode, headers, platform: response.raw ? 'fastify' : 'express' };

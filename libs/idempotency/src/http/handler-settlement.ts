@@ -9,6 +9,13 @@ import type { CapturedResponse } from './response-capture.js';
  */
 const handlerFlow = new AsyncLocalStorage<object>();
 
+/**
+ * Claimed requests whose handler flow may still write. While there are none, the storage is
+ * disabled: before Node 24 it is built on async hooks, which, once enabled, cost every promise
+ * of the process something (replays, and routes without `@Res()`, included).
+ */
+let openFlows = 0;
+
 /** How a write to the response relates to the handler (docs/contract.md B.7 rule 17a). */
 export type WriteOrigin =
   /** Written from the handler's own flow: its own response (`@Res()` routes). */
@@ -31,6 +38,7 @@ export class HandlerSettlement {
   private laterWrite?: CapturedResponse;
   private laterWriteWaiter?: (captured: CapturedResponse | undefined) => void;
   private closed = false;
+  private flowOpen = false;
 
   constructor(
     /** Whether the handler can write the response itself (`@Res()` or `@Next()` in its parameters). */
@@ -39,7 +47,20 @@ export class HandlerSettlement {
 
   /** Runs the handler; writes made from inside it count as the handler's own. */
   runHandler<T>(handler: () => Promise<T>): Promise<T> {
-    return this.handlerWrites ? handlerFlow.run(this.flowToken, handler) : handler();
+    if (!this.handlerWrites) return handler();
+    if (!this.flowOpen) {
+      this.flowOpen = true;
+      openFlows += 1;
+    }
+    return handlerFlow.run(this.flowToken, handler);
+  }
+
+  /** The request's record is settled: what its handler writes from now on decides nothing. */
+  end(): void {
+    if (!this.flowOpen) return;
+    this.flowOpen = false;
+    openFlows -= 1;
+    if (openFlows === 0) handlerFlow.disable();
   }
 
   /** The handler settled: from now on a write is the route's rendering of this outcome. */

@@ -109,17 +109,21 @@ export class ResponseCapture {
     if (this.endCalled) return this.raw;
     this.endCalled = true;
     this.append(chunk, encoding);
-    const captured = this.snapshot();
+    const body = this.overflowed ? undefined : Buffer.concat(this.chunks);
+    this.chunks = [];
     const heldStatus = this.raw.statusCode;
     const heldHeaders = this.raw.getHeaders();
+    const captured = this.snapshot(heldHeaders, body);
     // While held, the response reads as sent: Nest's exception filter and adapters then leave it
     // alone (`headersSent` on Express, `reply.sent` through `writableEnded` on Fastify).
     const sent = { get: () => true, configurable: true };
     Object.defineProperty(this.raw, 'headersSent', sent);
     Object.defineProperty(this.raw, 'writableEnded', sent);
     const send = (replacement: ReplacementResponse | void) => {
-      delete (this.raw as { headersSent?: boolean }).headersSent;
+      // Last defined, first deleted: V8 then rolls the object's shape back instead of turning
+      // Node's response object into a slow dictionary for the rest of the request.
       delete (this.raw as { writableEnded?: boolean }).writableEnded;
+      delete (this.raw as { headersSent?: boolean }).headersSent;
       this.restoreAll();
       if (!this.overflowed) restoreHead(this.raw, heldStatus, heldHeaders);
       if (replacement && !this.overflowed && !this.raw.headersSent) {
@@ -128,7 +132,6 @@ export class ResponseCapture {
         const passed = Object.entries(this.headersPassedToWriteHead()).filter(
           ([name]) => !REPRESENTATION_HEADER.test(name),
         );
-        this.chunks = [];
         this.headArgs = undefined;
         for (const name of this.raw.getHeaderNames()) if (REPRESENTATION_HEADER.test(name)) this.raw.removeHeader(name);
         this.raw.writeHead(replacement.statusCode, {
@@ -140,19 +143,19 @@ export class ResponseCapture {
         return;
       }
       if (!this.overflowed) this.flushHead();
-      const body = this.overflowed ? undefined : Buffer.concat(this.chunks);
-      this.chunks = [];
       this.originalEnd.call(this.raw, body, callback);
     };
     this.onEnd(captured).then(send, () => send());
     return this.raw;
   }
 
-  private snapshot(): CapturedResponse {
+  /** What was about to be sent; `headers` are the response's own (`getHeaders()`), never changed here. */
+  private snapshot(headers: OutgoingHttpHeaders, body: Buffer | undefined): CapturedResponse {
+    const head = this.headArgs ?? this.flushedHeadArgs;
     return {
-      statusCode: (this.headArgs ?? this.flushedHeadArgs)?.[0] ?? this.raw.statusCode,
-      headers: { ...this.raw.getHeaders(), ...this.headersPassedToWriteHead() },
-      body: this.overflowed ? undefined : Buffer.concat(this.chunks),
+      statusCode: head?.[0] ?? this.raw.statusCode,
+      headers: head ? { ...headers, ...this.headersPassedToWriteHead() } : { ...headers },
+      body,
       bodyOmitted: this.overflowed,
     };
   }
@@ -194,7 +197,11 @@ export class ResponseCapture {
 function restoreHead(raw: ServerResponse, statusCode: number, headers: OutgoingHttpHeaders): void {
   if (raw.headersSent) return;
   raw.statusCode = statusCode;
-  for (const name of raw.getHeaderNames()) if (!(name in headers)) raw.removeHeader(name);
+  const names = raw.getHeaderNames();
+  // Nothing was set after the end (the usual case): no header is validated and stored again.
+  if (names.length === Object.keys(headers).length && names.every((name) => raw.getHeader(name) === headers[name]))
+    return;
+  for (const name of names) if (!(name in headers)) raw.removeHeader(name);
   for (const [name, value] of Object.entries(headers)) if (value !== undefined) raw.setHeader(name, value);
 }
 

@@ -275,7 +275,7 @@ export class IdempotencyTelemetry {
     );
   }
 
-  private async observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
+  private observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
     const { tier, phase } = observation;
     const startedAt = performance.now();
     const measure = (outcome: 'ok' | 'error') => {
@@ -285,17 +285,19 @@ export class IdempotencyTelemetry {
         instruments.storeDuration.record((performance.now() - startedAt) / 1000, { tier, phase, outcome });
       if (outcome === 'error') instruments.storeErrors.add(1, { tier, phase });
     };
-    const run = async (span?: Span) => {
-      try {
-        const value = await call();
-        measure('ok');
-        return value;
-      } catch (error) {
-        measure(observation.isStoreFailure() ? 'error' : 'ok');
-        span?.setAttribute(ATTR.outcome, 'error');
-        throw error;
-      }
-    };
+    // One promise per call on the hot path: no async wrapper around the store's own.
+    const run = (span?: Span): Promise<T> =>
+      settledCall(call).then(
+        (value) => {
+          measure('ok');
+          return value;
+        },
+        (error: unknown) => {
+          measure(observation.isStoreFailure() ? 'error' : 'ok');
+          span?.setAttribute(ATTR.outcome, 'error');
+          throw error;
+        },
+      );
     const tracer = observation.traced ? this.activeTracer() : undefined;
     if (!tracer) return run();
     return tracer.startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
@@ -345,6 +347,15 @@ export class IdempotencyTelemetry {
 
 function tierOf(claim: IdempotencyClaim): StoreTier {
   return claim.policy.durable ? 'durable' : 'fast';
+}
+
+/** `call()`, with a synchronous throw turned into a rejection. */
+function settledCall<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return call();
+  } catch (error) {
+    return Promise.reject(error);
+  }
 }
 
 /** Ends the span when `work` settles, with an error status and the exception when it rejects. */
