@@ -17,7 +17,12 @@ export type BenchServerMessage =
 
 /** What the driver asks a bench server: its counters, or to start / stop a CPU profile (`npm run bench:profile`). */
 export type BenchDriverMessage =
-  { type: 'counters' } | { type: 'profile-start' } | { type: 'profile-stop'; path: string };
+  | { type: 'counters' }
+  | { type: 'profile-start'; kind: ProfileKind }
+  | { type: 'profile-stop'; kind: ProfileKind; path: string };
+
+/** `cpu`: V8's sampling CPU profiler; `heap`: its sampling heap profiler, counting collected objects too (allocation). */
+export type ProfileKind = 'cpu' | 'heap';
 
 /**
  * One bench server: listens on a free port of 127.0.0.1, tells the driver the port over IPC,
@@ -45,12 +50,21 @@ async function main(): Promise<void> {
     } else if (message.type === 'profile-start') {
       // Only the measured load is profiled: start-up and module loading would drown it.
       profiler.connect();
-      void profiler
-        .post('Profiler.enable')
-        .then(() => profiler.post('Profiler.start'))
-        .then(() => send({ type: 'profiling' }));
+      const started =
+        message.kind === 'cpu'
+          ? profiler.post('Profiler.enable').then(() => profiler.post('Profiler.start'))
+          : profiler.post('HeapProfiler.startSampling', {
+              samplingInterval: 8192,
+              includeObjectsCollectedByMajorGC: true,
+              includeObjectsCollectedByMinorGC: true,
+            });
+      void started.then(() => send({ type: 'profiling' }));
     } else if (message.type === 'profile-stop') {
-      void profiler.post('Profiler.stop').then(async ({ profile }) => {
+      const stopped =
+        message.kind === 'cpu'
+          ? profiler.post('Profiler.stop').then(({ profile }) => profile)
+          : profiler.post('HeapProfiler.stopSampling').then(({ profile }) => profile);
+      void stopped.then(async (profile) => {
         await writeFile(message.path, JSON.stringify(profile));
         profiler.disconnect();
         send({ type: 'profiled', path: message.path });

@@ -9,6 +9,7 @@ import { prepareBenchSchema } from './database.js';
 import { runLoad, sendOnce } from './load.js';
 import { type ScenarioName, SCENARIOS } from './scenarios.js';
 import { startBenchServer } from './servers.js';
+import type { ProfileKind } from '../app/main.js';
 
 export interface ProfileRunOptions {
   repoRoot: string;
@@ -27,14 +28,26 @@ interface CpuProfile {
   timeDeltas: number[];
 }
 
+interface HeapProfileNode {
+  callFrame: ProfileNode['callFrame'];
+  selfSize: number;
+  children: HeapProfileNode[];
+}
+interface HeapProfile {
+  head: HeapProfileNode;
+}
+
 /** Time the V8 profiler books on nothing the process did for a request. */
 const NOT_WORK = new Set(['(idle)', '(program)']);
 
 /**
- * `npm run bench:profile -- <scenario>... [--seconds N] [--top N] [--repeat N] [--no-profiler]`: runs each scenario's server
- * alone under load, with V8's CPU profiler on during the measured run only, and prints where its
- * CPU went: server CPU µs per request, then the share of each package (this library by file) and
- * the hottest functions by self time. Profiles are kept in `bench/results/profiles/` (open them in
+ * `npm run bench:profile -- <scenario>... [--seconds N] [--top N] [--repeat N] [--heap | --no-profiler]`:
+ * runs each scenario's server alone under load, with V8's CPU profiler on during the measured run
+ * only, and prints where its CPU went: server CPU µs per request, then the share of each package
+ * (this library by file) and the hottest functions by self time. `--heap`: the sampling heap
+ * profiler instead, counting what the garbage collector already took: bytes allocated per request,
+ * by package and function (garbage collection is the largest single cost of a request).
+ * `--no-profiler`: only req/s and CPU µs per request, `--repeat` times. Profiles are kept in `bench/results/profiles/` (open them in
  * Chrome DevTools). The profiler adds its own cost: compare shares, not µs, with `npm run bench`.
  */
 export async function runProfile(options: ProfileRunOptions): Promise<void> {
@@ -47,6 +60,7 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
   const top = flag('--top', 30);
   const repeat = flag('--repeat', 1);
   const profiling = !options.argv.includes('--no-profiler');
+  const kind: ProfileKind = options.argv.includes('--heap') ? 'heap' : 'cpu';
   const scenarios = names.length ? names.map((name) => scenarioNamed(name)) : [scenarioNamed('fresh-redis')];
   const outDir = resolve(options.repoRoot, 'bench/results/profiles');
   await mkdir(outDir, { recursive: true });
@@ -69,18 +83,23 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
         await runLoad(server.url, scenario, replayKey, { ...load, durationSeconds: 3 });
         await sleep(300);
         for (let run = 1; run <= repeat; run++) {
-          const path = join(outDir, `${scenario.name}.cpuprofile`);
+          const path = join(outDir, `${scenario.name}.${kind === 'cpu' ? 'cpuprofile' : 'heapprofile'}`);
           const measured = () => runLoad(server.url, scenario, replayKey, load);
           const before = await server.counters();
-          const result = profiling ? await server.profile(path, measured) : await measured();
+          const result = profiling ? await server.profile(kind, path, measured) : await measured();
           const after = await server.counters();
           const cpuPerRequest = (after.cpuMicros - before.cpuMicros) / result.sent;
           console.log(
             `== ${scenario.name}: ${Math.round(result.rps)} req/s, ${Math.round(cpuPerRequest)} server CPU µs/req` +
               (profiling ? ` (profiler on), ${path}` : ''),
           );
-          if (profiling)
-            console.log(summarizeProfile(JSON.parse(await readFile(path, 'utf8')) as CpuProfile, result.sent, top));
+          if (!profiling) continue;
+          const profile: unknown = JSON.parse(await readFile(path, 'utf8'));
+          console.log(
+            kind === 'cpu'
+              ? summarizeProfile(profile as CpuProfile, result.sent, top)
+              : summarizeAllocations(profile as HeapProfile, result.sent, top),
+          );
         }
       } finally {
         await server.stop();
@@ -143,5 +162,42 @@ export function summarizeProfile(profile: CpuProfile, requests: number, top: num
     `profiled work: ${(work / requests).toFixed(0)} µs/req`,
     table('-- self time by package / library file', byOwner),
     table('-- self time by function', byFunction),
+  ].join('\n');
+}
+
+/** Bytes allocated per request, by owner and by function (the sampling heap profile's self sizes). */
+export function summarizeAllocations(profile: HeapProfile, requests: number, top: number): string {
+  const byOwner = new Map<string, number>();
+  const byFunction = new Map<string, number>();
+  let total = 0;
+  const visit = (node: HeapProfileNode) => {
+    const { functionName, url, lineNumber } = node.callFrame;
+    if (node.selfSize > 0) {
+      total += node.selfSize;
+      const owner = ownerOf(url);
+      byOwner.set(owner, (byOwner.get(owner) ?? 0) + node.selfSize);
+      const fn = `${functionName || '(anonymous)'}  ${owner}:${lineNumber + 1}`;
+      byFunction.set(fn, (byFunction.get(fn) ?? 0) + node.selfSize);
+    }
+    for (const child of node.children) visit(child);
+  };
+  visit(profile.head);
+  const table = (title: string, rows: Map<string, number>) =>
+    [
+      title,
+      ...[...rows]
+        .sort((a, b) => b[1] - a[1])
+        .slice(0, top)
+        .map(
+          ([name, bytes]) =>
+            `${Math.round(bytes / requests)
+              .toString()
+              .padStart(7)} B  ${((100 * bytes) / total).toFixed(1).padStart(5)} %  ${name}`,
+        ),
+    ].join('\n');
+  return [
+    `allocated: ${Math.round(total / requests)} bytes/req`,
+    table('-- allocated by package / library file', byOwner),
+    table('-- allocated by function', byFunction),
   ].join('\n');
 }

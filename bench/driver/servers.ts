@@ -1,7 +1,7 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import type { BenchServerConfig } from '../app/bench-server.js';
-import type { BenchDriverMessage, BenchServerMessage } from '../app/main.js';
+import type { BenchDriverMessage, BenchServerMessage, ProfileKind } from '../app/main.js';
 
 /** A bench server process (bench/app/main.ts), forked with an IPC channel. */
 export interface BenchServerProcess {
@@ -10,8 +10,8 @@ export interface BenchServerProcess {
   readonly pid: number;
   /** Database statements the process has sent, and the CPU time it used, since it started. */
   counters(): Promise<ServerCounters>;
-  /** Runs `during` with the server's CPU profiler on, and writes the profile to `path` (a `.cpuprofile`). */
-  profile<T>(path: string, during: () => Promise<T>): Promise<T>;
+  /** Runs `during` with the server's CPU or heap (allocation) profiler on, and writes the profile to `path`. */
+  profile<T>(kind: ProfileKind, path: string, during: () => Promise<T>): Promise<T>;
   stop(): Promise<void>;
 }
 
@@ -46,10 +46,10 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
     url: `http://127.0.0.1:${port}`,
     pid: child.pid!,
     counters: () => askCounters(child),
-    profile: async (path, during) => {
-      await ask(child, { type: 'profile-start' }, 'profiling');
+    profile: async (kind, path, during) => {
+      await ask(child, { type: 'profile-start', kind }, 'profiling');
       const result = await during();
-      await ask(child, { type: 'profile-stop', path }, 'profiled');
+      await ask(child, { type: 'profile-stop', kind, path }, 'profiled');
       return result;
     },
     stop: () => stopChild(child),

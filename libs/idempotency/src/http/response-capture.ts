@@ -116,7 +116,7 @@ export class ResponseCapture {
     const captured = this.snapshot(heldHeaders, body);
     // While held, the response reads as sent: Nest's exception filter and adapters then leave it
     // alone (`headersSent` on Express, `reply.sent` through `writableEnded` on Fastify).
-    const sent = { get: () => true, configurable: true };
+    const sent = { value: true, configurable: true };
     Object.defineProperty(this.raw, 'headersSent', sent);
     Object.defineProperty(this.raw, 'writableEnded', sent);
     const send = (replacement: ReplacementResponse | void) => {

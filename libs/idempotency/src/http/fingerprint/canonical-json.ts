@@ -289,8 +289,20 @@ class JsonCanonicalizer {
   }
 }
 
+/** Up to this many members, an insertion sort: stable like `Array#sort`, without its scratch arrays. */
+const INSERTION_SORT_MAX = 16;
+
 function joinSortedMembers(members: Member[]): string {
-  if (members.length > 1) members.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  if (members.length > INSERTION_SORT_MAX) members.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+  else {
+    for (let i = 1; i < members.length; i++) {
+      const member = members[i];
+      let j = i - 1;
+      // Strictly greater only: equal names keep their order (duplicate members).
+      for (; j >= 0 && members[j].key > member.key; j--) members[j + 1] = members[j];
+      members[j + 1] = member;
+    }
+  }
   let out = members[0].text;
   for (let i = 1; i < members.length; i++) out += `,${members[i].text}`;
   return out;
