@@ -30,13 +30,10 @@ export async function resolveScope(
   unresolved: (dimension: 'tenant' | 'principal', operation: string) => Error,
 ): Promise<ResolvedScope> {
   const operation = policy.operation ?? `${request.method.toUpperCase()} ${routeTemplateOf(request)}`;
-  const inScope = new Set(policy.scope);
+  const inScope = policy.scope;
   const anonymous: ('tenant' | 'principal')[] = [];
-  const resolve = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
-    const resolver = settings[dimension];
-    const value = resolver ? await resolver(request) : undefined;
-    if (value !== undefined && value !== '') return value;
-    if (!inScope.has(dimension)) return undefined;
+  const fallBack = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
+    if (!inScope.includes(dimension)) return undefined;
     const bucket = settings.anonymousScope ? await settings.anonymousScope(request) : undefined;
     if (bucket !== undefined && bucket !== '') {
       anonymous.push(dimension);
@@ -44,17 +41,31 @@ export async function resolveScope(
     }
     throw unresolved(dimension, operation);
   };
-  const tenant = await resolve('tenant');
-  const principal = await resolve('principal');
+  // Resolvers are usually synchronous (a header, `request.user`): no promise is made for them.
+  const resolve = (dimension: 'tenant' | 'principal'): string | undefined | Promise<string | undefined> => {
+    const resolver = settings[dimension];
+    const value = resolver ? resolver(request) : undefined;
+    if (isPromiseLike(value))
+      return Promise.resolve(value).then((v) => (v !== undefined && v !== '' ? v : fallBack(dimension)));
+    return value !== undefined && value !== '' ? value : fallBack(dimension);
+  };
+  const resolvedTenant = resolve('tenant');
+  const tenant = isPromiseLike(resolvedTenant) ? await resolvedTenant : resolvedTenant;
+  const resolvedPrincipal = resolve('principal');
+  const principal = isPromiseLike(resolvedPrincipal) ? await resolvedPrincipal : resolvedPrincipal;
   const fingerprintExtras: Record<string, string> = {};
   // Every dimension resolved but left out of the identity is compared like the payload (rule 12a).
-  if (!inScope.has('tenant') && tenant !== undefined) fingerprintExtras.tenant = tenant;
-  if (!inScope.has('principal')) fingerprintExtras.principal = principal ?? '';
-  if (!inScope.has('operation')) fingerprintExtras.operation = operation;
+  if (!inScope.includes('tenant') && tenant !== undefined) fingerprintExtras.tenant = tenant;
+  if (!inScope.includes('principal')) fingerprintExtras.principal = principal ?? '';
+  if (!inScope.includes('operation')) fingerprintExtras.operation = operation;
   return {
     scoped: buildScopedKey({ operation, tenant, principal, key, anonymous }, policy.scope),
     operation,
     tenant,
     fingerprintExtras,
   };
+}
+
+function isPromiseLike<T>(value: T | PromiseLike<T>): value is PromiseLike<T> {
+  return typeof (value as { then?: unknown } | null | undefined)?.then === 'function';
 }
