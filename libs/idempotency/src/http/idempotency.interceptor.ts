@@ -19,7 +19,7 @@ import type { IdempotencyProblemException, IdempotencyProblemKind } from '../err
 import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { runClaimedRequest } from './claimed-request.js';
+import { runClaimedRequest, type ClaimedRequestDeps } from './claimed-request.js';
 import { computeFingerprint } from './fingerprint/fingerprint.js';
 import { bodyBytesOf, receivedKey, type HttpRequest, type HttpResponse } from './http-request.js';
 import { parseIdempotencyKey, type ParsedKey } from './idempotency-key.parser.js';
@@ -45,6 +45,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   protected readonly logger = new Logger('Idempotency');
   private readonly routes: RouteStates;
   private readonly bodyReader: FingerprintBodyReader;
+  /** What a claimed request needs from this interceptor; `createProblem` goes through a subclass's override. */
+  private readonly claimedRequestDeps: ClaimedRequestDeps;
 
   constructor(
     protected readonly reflector: Reflector,
@@ -53,6 +55,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
   ) {
     this.routes = new RouteStates(reflector, settings);
     this.bodyReader = new FingerprintBodyReader(this.logger);
+    this.claimedRequestDeps = {
+      engine,
+      logger: this.logger,
+      createProblem: (kind, options) => this.createProblem(kind, options),
+    };
   }
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
@@ -102,11 +109,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     switch (begun.kind) {
       case 'claimed':
-        return runClaimedRequest(context, next, begun.claim, route, echo, {
-          engine: this.engine,
-          logger: this.logger,
-          createProblem: (kind, options) => this.createProblem(kind, options),
-        });
+        return runClaimedRequest(context, next, begun.claim, route, echo, this.claimedRequestDeps);
       case 'replay':
         return this.answer(context, begun.response, route, echo, true);
       case 'outcome-unknown':
