@@ -41,10 +41,15 @@ export function instrumentStore<S extends object>(store: S, tier: StoreTier, obs
   const wrap = (property: PropertyKey, method: StoreMethod): StoreMethod => {
     const observed = typeof property === 'string' ? OBSERVED_CALLS[property] : undefined;
     if (!observed) return method.bind(store);
+    if (property !== 'transaction') {
+      // Made once per method: store calls are on every request's hot path.
+      const observation: StoreCallObservation = { tier, ...observed, isStoreFailure: () => true };
+      return (...args: unknown[]) => observe(observation, () => method.apply(store, args) as Promise<unknown>);
+    }
     return (...args: unknown[]) => {
       // A transaction's work may throw (the handler's failure, a deliberate rollback): not a store failure.
       let workFailed = false;
-      if (property === 'transaction' && typeof args[2] === 'function') {
+      if (typeof args[2] === 'function') {
         const work = args[2] as (...a: unknown[]) => Promise<unknown>;
         args[2] = (...a: unknown[]) =>
           work(...a).catch((error: unknown) => {

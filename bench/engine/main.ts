@@ -1,0 +1,154 @@
+import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
+import { Session } from 'node:inspector/promises';
+import { Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { startRedisServer } from '../../test/support/servers/redis-server.js';
+
+/**
+ * `npm run bench:engine [-- --ops N --rounds N --concurrency N]`: the engine and the Redis store
+ * alone, in one process, without HTTP or Nest's request pipeline: `IdempotencyService.run()`
+ * against a throwaway redis-server, `fresh` (a new key per call: claim, run, complete) and
+ * `replay` (one key: one claim that answers the stored value). Per call: CPU µs
+ * (`process.cpuUsage`, the Redis client included) and bytes allocated (V8's sampling heap
+ * profiler, counting what the GC took). Steadier than the HTTP bench on a busy machine: no load
+ * generator and no server pipeline share its process. The value stored is the bench route's
+ * 310-byte order.
+ */
+const ORDER = {
+  id: '7b0c2f4e-6f55-4c8e-9a3b-1b2d3c4e5f60',
+  tenantId: '6f1c1f3e-8a55-4b8e-9a57-3f7f1b0a2c10',
+  customerId: '0b6b9c0e-2f4d-4d7a-9a77-5d1c7f3b8e21',
+  status: 'pending',
+  currency: 'EUR',
+  totalCents: 8498,
+  items: [
+    { sku: 'SKU-1001', quantity: 2, unitPriceCents: 1999 },
+    { sku: 'SKU-2002', quantity: 1, unitPriceCents: 4500 },
+  ],
+  createdAt: '2026-11-23T23:59:59.999Z',
+};
+
+interface Args {
+  ops: number;
+  rounds: number;
+  concurrency: number;
+}
+
+function argsFrom(argv: readonly string[]): Args {
+  const value = (flag: string, fallback: number) => {
+    const at = argv.indexOf(flag);
+    const parsed = at >= 0 ? Number(argv[at + 1]) : fallback;
+    if (!Number.isInteger(parsed) || parsed <= 0) throw new Error(`${flag} needs a positive integer`);
+    return parsed;
+  };
+  return { ops: value('--ops', 20_000), rounds: value('--rounds', 5), concurrency: value('--concurrency', 10) };
+}
+
+/** Runs `call` `ops` times, `concurrency` at a time. */
+async function drive(ops: number, concurrency: number, call: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < ops) await call(next++);
+    }),
+  );
+}
+
+interface Measurement {
+  opsPerSecond: number;
+  cpuMicrosPerOp: number;
+}
+
+async function measure(ops: number, concurrency: number, call: (i: number) => Promise<unknown>): Promise<Measurement> {
+  const cpu = process.cpuUsage();
+  const started = process.hrtime.bigint();
+  await drive(ops, concurrency, call);
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const used = process.cpuUsage(cpu);
+  return { opsPerSecond: ops / seconds, cpuMicrosPerOp: (used.user + used.system) / ops };
+}
+
+interface HeapNode {
+  callFrame: { functionName: string; url: string; lineNumber: number };
+  selfSize: number;
+  children: HeapNode[];
+}
+
+/** Bytes allocated per call, and the functions that allocate most of them. */
+async function allocations(ops: number, concurrency: number, call: (i: number) => Promise<unknown>) {
+  const session = new Session();
+  session.connect();
+  await session.post('HeapProfiler.startSampling', {
+    samplingInterval: 4096,
+    includeObjectsCollectedByMajorGC: true,
+    includeObjectsCollectedByMinorGC: true,
+  });
+  await drive(ops, concurrency, call);
+  const { profile } = await session.post('HeapProfiler.stopSampling');
+  session.disconnect();
+  let bytes = 0;
+  const byFunction = new Map<string, number>();
+  const visit = (node: HeapNode) => {
+    bytes += node.selfSize;
+    if (node.selfSize > 0) {
+      const { functionName, url, lineNumber } = node.callFrame;
+      const where = /(?:libs\/idempotency\/dist|node_modules)\/(.+)$/.exec(url)?.[1] ?? (url || '(native)');
+      const name = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
+      byFunction.set(name, (byFunction.get(name) ?? 0) + node.selfSize);
+    }
+    node.children.forEach(visit);
+  };
+  visit(profile.head as HeapNode);
+  const top = [...byFunction]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, 8)
+    .map(([name, size]) => `      ${Math.round(size / ops)} B  ${name}`);
+  return { bytesPerOp: bytes / ops, top };
+}
+
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+export async function runEngineBench(argv: readonly string[]): Promise<void> {
+  const args = argsFrom(argv);
+  const redis = await startRedisServer({ args: ['--maxmemory-policy', 'noeviction'] });
+  @Module({ imports: [IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redis.url) })] })
+  class EngineBenchModule {}
+  const app = await NestFactory.createApplicationContext(EngineBenchModule, { logger: ['error', 'warn'] });
+  try {
+    const engine = app.get(IdempotencyService);
+    const replayKey = randomUUID();
+    const scenarios = {
+      fresh: () => engine.run({ operation: 'bench.fresh', key: randomUUID() }, () => ORDER),
+      replay: () => engine.run({ operation: 'bench.replay', key: replayKey }, () => ORDER),
+    };
+    await scenarios.replay();
+    const results: Record<string, Measurement[]> = { fresh: [], replay: [] };
+    for (const call of Object.values(scenarios)) await measure(args.ops / 4, args.concurrency, call);
+    for (let round = 0; round < args.rounds; round++) {
+      for (const [name, call] of Object.entries(scenarios)) {
+        const result = await measure(args.ops, args.concurrency, call);
+        results[name]!.push(result);
+        console.log(
+          `round ${round + 1}/${args.rounds} ${name.padEnd(6)} ${Math.round(result.opsPerSecond)} ops/s, ` +
+            `${result.cpuMicrosPerOp.toFixed(1)} CPU µs/op`,
+        );
+      }
+    }
+    console.log(`\nmedian of ${args.rounds} rounds, ${args.ops} calls each, ${args.concurrency} at a time:`);
+    for (const [name, call] of Object.entries(scenarios)) {
+      const allocated = await allocations(args.ops / 2, args.concurrency, call);
+      const rounds = results[name]!;
+      console.log(
+        `  ${name.padEnd(6)} ${Math.round(median(rounds.map((r) => r.opsPerSecond)))} ops/s, ` +
+          `${median(rounds.map((r) => r.cpuMicrosPerOp)).toFixed(1)} CPU µs/op, ` +
+          `${Math.round(allocated.bytesPerOp)} bytes allocated/op; most by:\n${allocated.top.join('\n')}`,
+      );
+    }
+  } finally {
+    await app.close();
+    await redis.stop();
+  }
+}
