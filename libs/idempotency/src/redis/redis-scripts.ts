@@ -27,10 +27,17 @@ import { PRELUDE } from './redis-record-format.js';
  */
 export const CLAIM_SCRIPT = `${PRELUDE}
 local now = now_ms()
-local rec, err = load(KEYS[1], now)
-if err then return redis.error_reply(err) end
-if rec then return claim_reply(0, now, rec) end
-rec = fresh(ARGV[1], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local rec = fresh(ARGV[1], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+-- One command claims an absent key or answers what it holds: NX never overwrites (a live record,
+-- a foreign value, another type), and GET (with NX: Redis 7.0+) returns the old value or nil.
+local raw = redis.pcall('SET', KEYS[1], pack(rec), 'NX', 'PXAT', rec.expires, 'GET')
+if type(raw) == 'table' and raw.err then return failed(KEYS[1], raw) end
+if not raw then return claim_reply(1, now, rec) end
+local old, err = decode(KEYS[1], raw)
+if not old then return redis.error_reply(err) end
+if old.expires > now then return claim_reply(0, now, old) end
+-- Expired by its own clock but not yet by Redis's (the key lives through the millisecond
+-- expiresAtMs itself), or a key whose expiry was removed: absent, as load() would say.
 save(KEYS[1], rec)
 return claim_reply(1, now, rec)
 `;
@@ -89,8 +96,8 @@ return claim_reply(1, now, rec)
  * `IDEMPOTENCY_UNREADABLE`.
  */
 export const COMPLETE_SCRIPT = `${PRELUDE}
-local now = now_ms()
-local rec, err = load(KEYS[1], now)
+-- No TIME: Redis's own expiry of the key is the record's (see "Clock" in redis-record-format.ts).
+local rec, err = load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not owned_in_progress(rec, ARGV[1]) then return 0 end
 rec.flags = COMPLETED + tonumber(ARGV[4])
@@ -113,8 +120,8 @@ return 1
  * Reply: 1 released | 0 otherwise | error `IDEMPOTENCY_UNREADABLE`.
  */
 export const RELEASE_SCRIPT = `${PRELUDE}
-local now = now_ms()
-local rec, err = load(KEYS[1], now)
+-- No TIME: Redis's own expiry of the key is the record's (see "Clock" in redis-record-format.ts).
+local rec, err = load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not owned_in_progress(rec, ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])
