@@ -142,7 +142,7 @@ export function commandFailure(where: string, prefix: string, error: unknown): I
       { cause: error },
     );
   }
-  if (message.startsWith('ERR syntax error')) {
+  if (message.includes('ERR syntax error')) {
     return new IdempotencyStoreError(
       `Redis idempotency store: ${where} failed (${message}). The store needs Redis 7.0 or later; an older ` +
         'server rejects its SET options (NX with GET).',
