@@ -229,7 +229,7 @@ describe('RedisIdempotencyStore', () => {
     });
 
     it('reads a completed record written by the previous release (SET, then PEXPIREAT; packed, flag 8)', async () => {
-      // The bytes and expiry of a record as version 0.x of this store wrote them, built here
+      // The bytes and expiry of a record as 0.1.0 of this store wrote them, built here
       // field by field (layout of redis-record-format.ts), not by the current scripts.
       const id = newId();
       const key = `${prefix}:{${id}}`;
