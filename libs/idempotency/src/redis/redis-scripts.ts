@@ -1,7 +1,8 @@
 /**
  * The Lua scripts of `RedisIdempotencyStore`, one per store operation. Each runs atomically on
  * the server, touches exactly one key (`KEYS[1]`, the record: cluster-safe), and takes its clock
- * from `redis.call('TIME')`, so leases and expiry never depend on the application servers' clocks.
+ * from `redis.call('TIME')`, so leases and expiry never depend on the application servers' clocks
+ * (`complete` and `release` need none: "Clock" in redis-record-format.ts).
  *
  * Each script starts with `PRELUDE` (redis-record-format.ts): the record value layout, the
  * `<record>` reply and the `IDEMPOTENCY_UNREADABLE` error below are documented there.
@@ -23,7 +24,8 @@ import { PRELUDE } from './redis-record-format.js';
  * ARGV[4]  record lifetime in ms (positive integer)
  *
  * Reply: `{1, nowMs, <record>}` claimed (the new record) | `{0, nowMs, <record>}` existing
- * (unchanged) | error `IDEMPOTENCY_UNREADABLE`.
+ * (unchanged) | error `IDEMPOTENCY_UNREADABLE` | the error of `SET` itself (`OOM`; a syntax
+ * error on a server older than Redis 7.0).
  */
 export const CLAIM_SCRIPT = `${PRELUDE}
 local now = now_ms()
