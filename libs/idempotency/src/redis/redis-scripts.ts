@@ -29,19 +29,24 @@ import { PRELUDE } from './redis-record-format.js';
  */
 export const CLAIM_SCRIPT = `${PRELUDE}
 local now = now_ms()
-local rec = fresh(ARGV[1], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
+local owner, fp = ARGV[1], ARGV[2]
+local lease, expires = now + tonumber(ARGV[3]), now + tonumber(ARGV[4])
+-- The new record, packed straight from its fields (what pack(fresh(...)) gives, without the
+-- table: most claims of a busy key are replays, which throw it away).
+local value = struct.pack(RECORD, VERSION, 0, 1, now, lease, expires, 0, #fp, fp, #owner, owner, 0, '')
 -- One command claims an absent key or answers what it holds: NX never overwrites (a live record,
 -- a foreign value, another type), and GET (with NX: Redis 7.0+) returns the old value or nil.
-local raw = redis.pcall('SET', KEYS[1], pack(rec), 'NX', 'PXAT', rec.expires, 'GET')
+local raw = redis.pcall('SET', KEYS[1], value, 'NX', 'PXAT', expires, 'GET')
 if type(raw) == 'table' and raw.err then return failed(KEYS[1], raw) end
-if not raw then return claim_reply(1, now, rec) end
-local old, err = decode(KEYS[1], raw)
-if not old then return redis.error_reply(err) end
-if old.expires > now then return claim_reply(0, now, old) end
--- Expired by its own clock but not yet by Redis's (the key lives through the millisecond
--- expiresAtMs itself), or a key whose expiry was removed: absent, as load() would say.
-save(KEYS[1], rec)
-return claim_reply(1, now, rec)
+if raw then
+  local old, err = decode(KEYS[1], raw)
+  if not old then return redis.error_reply(err) end
+  if old.expires > now then return claim_reply(0, now, old) end
+  -- Expired by its own clock but not yet by Redis's (the key lives through the millisecond
+  -- expiresAtMs itself), or a key whose expiry was removed: absent, as load() would say.
+  redis.call('SET', KEYS[1], value, 'PXAT', expires)
+end
+return { 1, now, 0, 1, now, lease, expires, 0, fp, owner, '', '' }
 `;
 
 /**
