@@ -9,7 +9,9 @@
  * 600 (short headers) to 728 (typical Express headers) as this string uncompressed; the store
  * compresses headers and body together when that is smaller (flag 8, `response-packing.ts`),
  * which brings a 300-byte JSON order to 408 (short headers) to 472 (typical Express headers).
- * Format version 1, unchanged since the first release. Layout (big-endian, Lua `struct` format `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
+ * Format version 1, unchanged since the first release (0.1.0 wrote the same bytes, then set the
+ * expiry with a separate PEXPIREAT). Layout (big-endian, Lua `struct` format
+ * `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
  *
  * | bytes  | field                                                                     |
  * |--------|---------------------------------------------------------------------------|
