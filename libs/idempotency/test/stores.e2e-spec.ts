@@ -174,8 +174,9 @@ describe('RedisIdempotencyStore', () => {
         expect(complete.top).toEqual(['evalsha']);
         expect(get.top).toEqual(['evalsha']);
         // The script internals are visible, and marked `lua`: the filter above is not vacuous.
-        expect(claim.lua).toEqual(['time', 'get', 'set', 'pexpireat']);
-        expect(complete.lua).toEqual(['time', 'get', 'set', 'pexpireat', 'publish']);
+        // Claim: SET ... NX PXAT ... GET claims and answers in one command; complete reads no clock.
+        expect(claim.lua).toEqual(['time', 'set']);
+        expect(complete.lua).toEqual(['get', 'set', 'publish']);
         expect(get.lua).toEqual(['time', 'get']);
         expect(segments[3]).toEqual({ top: [], lua: [] });
       } finally {
@@ -183,6 +184,227 @@ describe('RedisIdempotencyStore', () => {
         await store.onApplicationShutdown();
         await observer.quit();
         await client.quit();
+      }
+    });
+  });
+
+  describe('claim in one command (SET ... NX PXAT ... GET)', () => {
+    let store: RedisIdempotencyStore;
+    let prefix: string;
+    beforeEach(() => {
+      prefix = nextPrefix('setnx');
+      store = new RedisIdempotencyStore(redis, { prefix });
+    });
+    afterEach(() => store.onApplicationShutdown());
+
+    it('claims afresh a record past its own expiresAtMs whose key lives on (its Redis expiry removed)', async () => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const first = await store.claim(id, claimRequest({ ttlMs: 30 }));
+      expect(await redis.persist(key)).toBe(1);
+      await sleep(80);
+      expect(await redis.exists(key)).toBe(1);
+      expect(await store.get(id)).toBeUndefined();
+      const second = await store.claim(id, claimRequest());
+      expect(second.kind).toBe('claimed');
+      expect(second.record.ownerToken).not.toBe(first.record.ownerToken);
+      expect(second.record.fencingToken).toBe(1);
+      // The overwrite puts the Redis expiry back.
+      expect(await redis.call('PEXPIRETIME', key)).toBe(second.record.expiresAtMs);
+      expect((await store.get(id))?.ownerToken).toBe(second.record.ownerToken);
+    });
+
+    it('answers a record that has not expired, unchanged, without rewriting its value or its expiry', async () => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const { record } = await store.claim(id, claimRequest());
+      expect(await store.complete(id, record.ownerToken, sampleResponse())).toBe(true);
+      const before = await redis.dumpBuffer(key);
+      const expiry = await redis.call('PEXPIRETIME', key);
+      const again = await store.claim(id, claimRequest());
+      expect(again.kind).toBe('existing');
+      expect(again.record).toEqual(await store.get(id));
+      expect(await redis.dumpBuffer(key)).toEqual(before);
+      expect(await redis.call('PEXPIRETIME', key)).toBe(expiry);
+    });
+
+    it('reads a completed record written by the previous release (SET, then PEXPIREAT; packed, flag 8)', async () => {
+      // The bytes and expiry of a record as 0.1.0 of this store wrote them, built here
+      // field by field (layout of redis-record-format.ts), not by the current scripts.
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const [seconds] = await redis.time();
+      const now = Number(seconds) * 1000;
+      const headers = { 'content-type': 'application/json; charset=utf-8', location: '/orders/7' };
+      const body = Buffer.from(
+        JSON.stringify({ id: 7, status: 'paid', currency: 'EUR', items: [{ sku: 'A', quantity: 1 }] }).repeat(3),
+      );
+      const packed = packResponse(JSON.stringify(headers), body);
+      expect(packed).toBeDefined();
+      const fingerprint = newFingerprint();
+      const owner = newToken();
+      const head = Buffer.alloc(26);
+      head.writeUInt8(1, 0); // format version
+      head.writeUInt8(1 | 4 | 8, 1); // completed, has a body, packed
+      head.writeUInt32BE(3, 2); // fencing token
+      head.writeUIntBE(now - 5_000, 6, 6);
+      head.writeUIntBE(now + 25_000, 12, 6);
+      head.writeUIntBE(now + 60_000, 18, 6);
+      head.writeUInt16BE(201, 24);
+      const text = (value: string): Buffer => {
+        const bytes = Buffer.from(value);
+        const length = Buffer.alloc(2);
+        length.writeUInt16BE(bytes.length);
+        return Buffer.concat([length, bytes]);
+      };
+      await redis.set(key, Buffer.concat([head, text(fingerprint), text(owner), Buffer.alloc(4), packed!]));
+      await redis.pexpireat(key, now + 60_000);
+      const expected = {
+        state: 'completed',
+        fingerprint,
+        ownerToken: owner,
+        fencingToken: 3,
+        createdAtMs: now - 5_000,
+        leaseExpiresAtMs: now + 25_000,
+        expiresAtMs: now + 60_000,
+        response: { statusCode: 201, headers, body },
+      };
+      expect(await store.get(id)).toEqual(expected);
+      const replay = await store.claim(id, claimRequest());
+      expect(replay.kind).toBe('existing');
+      expect(replay.record).toEqual(expected);
+    });
+
+    it('answers an error other than WRONGTYPE as it is (OOM), not as an unreadable record, and writes nothing', async () => {
+      const server = await startRedisServer();
+      const admin = await openRedis(server.url);
+      const own = new RedisIdempotencyStore(server.url, { prefix: RUN });
+      try {
+        await own.onModuleInit();
+        await admin.config('SET', 'maxmemory-policy', 'noeviction');
+        await admin.config('SET', 'maxmemory', '1');
+        const error = await own.claim(newId(), claimRequest()).then(
+          () => new Error('claim resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toContain('OOM');
+        expect((error as Error).message).not.toContain('unreadable');
+        await admin.config('SET', 'maxmemory', '0');
+        expect(await admin.dbsize()).toBe(0);
+      } finally {
+        await own.onApplicationShutdown();
+        await admin.quit();
+        await server.stop();
+      }
+    });
+  });
+
+  describe('minimum Redis version (7.0)', () => {
+    /**
+     * A stand-in for a Redis 6.2 server (none is installed here: the machine's redis-server is
+     * 7.0): it speaks RESP and answers what 6.2 answers to the store's startup probe (an absent
+     * record; `redis.REDIS_VERSION` is nil before 7.0) and to the claim script (`SET` rejects NX
+     * with GET as a syntax error).
+     */
+    async function redis62(): Promise<{ url: string; close: () => void }> {
+      const sockets = new Set<Socket>();
+      const server = createServer((socket) => {
+        sockets.add(socket);
+        socket.on('error', () => undefined);
+        let pending = Buffer.alloc(0);
+        socket.on('data', (chunk: Buffer) => {
+          pending = Buffer.concat([pending, chunk]);
+          for (;;) {
+            const parsed = parseCommand(pending);
+            if (!parsed) return;
+            pending = pending.subarray(parsed.used);
+            if (parsed.args[0]?.toUpperCase() === 'QUIT') socket.end('+OK\r\n');
+            else socket.write(answer62(parsed.args));
+          }
+        });
+      });
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+      const { port } = server.address() as { port: number };
+      return {
+        url: `redis://127.0.0.1:${port}`,
+        close: () => {
+          for (const socket of sockets) socket.destroy();
+          server.close();
+        },
+      };
+    }
+    function parseCommand(data: Buffer): { args: string[]; used: number } | undefined {
+      const text = data.toString('latin1');
+      if (!text.startsWith('*')) return undefined;
+      let at = text.indexOf('\r\n');
+      if (at < 0) return undefined;
+      const count = Number(text.slice(1, at));
+      at += 2;
+      const args: string[] = [];
+      for (let i = 0; i < count; i++) {
+        const end = text.indexOf('\r\n', at);
+        if (end < 0) return undefined;
+        const length = Number(text.slice(at + 1, end));
+        if (text.length < end + 2 + length + 2) return undefined;
+        args.push(text.slice(end + 2, end + 2 + length));
+        at = end + 2 + length + 2;
+      }
+      return { args, used: at };
+    }
+    function answer62(args: string[]): string {
+      const command = args[0]?.toUpperCase();
+      const bulk = (value: string): string => `$${Buffer.byteLength(value)}\r\n${value}\r\n`;
+      if (command === 'INFO') return bulk('# Server\r\nredis_version:6.2.14\r\nloading:0\r\n');
+      if (command === 'EVALSHA') return '-NOSCRIPT No matching script. Please use EVAL.\r\n';
+      if (command === 'EVAL' && args[1]?.includes("'NX', 'PXAT'")) {
+        // What a script answers when it returns the error of redis.pcall (Redis 7.0 does the same).
+        return '-ERR syntax error\r\n';
+      }
+      if (command === 'EVAL') return '$-1\r\n';
+      return '+OK\r\n';
+    }
+
+    it('refuses to start on a server older than 7.0, naming the version it needs', async () => {
+      const old = await redis62();
+      const store = new RedisIdempotencyStore(old.url);
+      try {
+        const error = await store.onModuleInit().then(
+          () => new Error('onModuleInit resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toMatch(/cannot start/);
+        expect((error as Error).message).toMatch(/needs Redis 7\.0 or later/);
+        expect((error as Error).message).toContain(old.url);
+      } finally {
+        await store.onApplicationShutdown();
+        old.close();
+      }
+    });
+
+    it('names the version it needs when a claim reaches an older server anyway (it was down at startup)', async () => {
+      const old = await redis62();
+      const store = new RedisIdempotencyStore(old.url);
+      try {
+        const error = await store.claim(newId(), claimRequest()).then(
+          () => new Error('claim resolved'),
+          (e: unknown) => e,
+        );
+        expect(error).toBeInstanceOf(IdempotencyStoreError);
+        expect((error as Error).message).toMatch(/needs Redis 7\.0 or later/);
+      } finally {
+        await store.onApplicationShutdown();
+        old.close();
+      }
+    });
+
+    it('starts on this server (7.0 or later)', async () => {
+      const store = new RedisIdempotencyStore(redis, { prefix: nextPrefix('version') });
+      try {
+        await expect(store.onModuleInit()).resolves.toBeUndefined();
+      } finally {
+        await store.onApplicationShutdown();
       }
     });
   });

@@ -142,6 +142,14 @@ export function commandFailure(where: string, prefix: string, error: unknown): I
       { cause: error },
     );
   }
+  if (message.includes('ERR syntax error')) {
+    return new IdempotencyStoreError(
+      `Redis idempotency store: ${where} failed (${message}). The store needs Redis 7.0 or later; an older ` +
+        'server rejects its SET options (NX with GET).',
+      'fast',
+      { cause: error },
+    );
+  }
   return new IdempotencyStoreError(
     `Redis idempotency store: ${where} failed (${message}). Check that Redis runs and is reachable from this ` +
       'process; a client you pass in should use REDIS_FAIL_FAST_OPTIONS.',

@@ -57,7 +57,7 @@ const STARTUP_PROBE_ID = 'startup-probe';
 const SCAN_COUNT = 500;
 
 /**
- * The fast tier on Redis (standalone, Sentinel or Cluster; Redis 5 or later, tested on 7.0): each operation
+ * The fast tier on Redis (standalone, Sentinel or Cluster; Redis 7.0 or later, tested on 7.0): each operation
  * is one Lua script (see `redis-scripts.ts`), so one round trip, atomic on the server, clocked by
  * Redis `TIME`, on one key per record.
  *
@@ -135,14 +135,25 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
    * request meanwhile); rejects with `IdempotencyStoreError` when it answers with an error.
    */
   async onModuleInit(): Promise<void> {
+    let versions: unknown[];
     try {
       await this.get(STARTUP_PROBE_ID);
+      versions = await this.serverVersions();
     } catch (error) {
       const cause = (error as { cause?: unknown }).cause;
       if (!(cause instanceof Error && cause.name === 'ReplyError')) return;
       throw new IdempotencyStoreError(`Redis idempotency store cannot start. ${(error as Error).message}`, 'fast', {
         cause: error,
       });
+    }
+    const old = versions.find((version) => typeof version !== 'string' || !atLeastRedis7(version));
+    if (old !== undefined) {
+      throw new IdempotencyStoreError(
+        `Redis idempotency store cannot start: ${this.server} runs Redis ${typeof old === 'string' ? old : 'older than 7.0'}, ` +
+          `and the store needs Redis ${MIN_REDIS_VERSION} or later (its claim script runs SET ... NX PXAT ... GET). ` +
+          'Upgrade the server.',
+        'fast',
+      );
     }
   }
 
@@ -298,6 +309,20 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     return entry && { key: id, ...entry };
   }
 
+  /**
+   * The version of every server the scripts run on (every master of a Cluster), as its scripts
+   * see it: `redis.REDIS_VERSION` (nil before Redis 7.0). A script needs no permission beyond
+   * the store's own (`INFO` may be denied by the ACL).
+   */
+  private async serverVersions(): Promise<unknown[]> {
+    const nodes = this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
+    try {
+      return await Promise.all(nodes.map((node) => node.eval(VERSION_SCRIPT, 0)));
+    } catch (error) {
+      throw this.failure('onModuleInit (server version)', STARTUP_PROBE_ID, error);
+    }
+  }
+
   private keyOf(id: string): string {
     return `${this.prefix}:{${id}}`;
   }
@@ -326,6 +351,15 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
   private failure(operation: string, id: string, error: unknown): IdempotencyStoreError {
     return commandFailure(`${operation} of ${this.keyOf(id)} on ${this.server}`, this.prefix, error);
   }
+}
+
+/** The oldest Redis the scripts run on: `SET ... NX ... GET` (claim) came with 7.0. */
+const MIN_REDIS_VERSION = '7.0';
+/** A script's view of the server version; `redis.REDIS_VERSION` is nil before 7.0. */
+const VERSION_SCRIPT = 'return redis.REDIS_VERSION';
+
+function atLeastRedis7(version: string): boolean {
+  return Number.parseInt(version, 10) >= 7;
 }
 
 /** Escapes the glob characters of SCAN MATCH. */

@@ -9,7 +9,9 @@
  * 600 (short headers) to 728 (typical Express headers) as this string uncompressed; the store
  * compresses headers and body together when that is smaller (flag 8, `response-packing.ts`),
  * which brings a 300-byte JSON order to 408 (short headers) to 472 (typical Express headers).
- * Layout (big-endian, Lua `struct` format `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
+ * Format version 1, unchanged since the first release (0.1.0 wrote the same bytes, then set the
+ * expiry with a separate PEXPIREAT). Layout (big-endian, Lua `struct` format
+ * `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
  *
  * | bytes  | field                                                                     |
  * |--------|---------------------------------------------------------------------------|
@@ -23,8 +25,22 @@
  * | 4 + n  | headers as compact JSON (empty while in progress, and when packed)        |
  * | rest   | body bytes, exactly as captured; packed: headers and body compressed      |
  *
- * The key carries a Redis expiry at `expiresAtMs` (PEXPIREAT), so Redis removes records by
- * itself; the scripts still treat `expiresAtMs <= now` as absent (docs/contract.md B.10 rule 30).
+ * Every write sets the value and the key's Redis expiry together, `SET key value PXAT expiresAtMs`
+ * (Redis 6.2+), so the key's expiry is always the record's `expiresAtMs` and Redis removes records
+ * by itself. The claim script's `SET ... NX PXAT ... GET` (NX with GET: Redis 7.0+) is why the
+ * store needs Redis 7.0; `RedisIdempotencyStore.onModuleInit` refuses an older server.
+ *
+ * Clock: scripts that hand out times (claim, takeOver, extend, restore) or compare them (get,
+ * inProgress, forceDelete, and claim's existing record) read `TIME` and treat
+ * `expiresAtMs <= now` as absent (docs/contract.md B.10 rule 30). `complete` and `release` read no
+ * clock: Redis hides a key once its expiry has passed (a script sees the time it started at), and
+ * that expiry is `expiresAtMs`, so a record they find is live. The one difference is the
+ * millisecond `expiresAtMs` itself (Redis expires a key when now > expiry, the rule when
+ * now >= expiresAtMs), plus a key whose expiry someone removed (PERSIST): there `complete` may
+ * complete, or `release` delete, a record every clocked script already treats as absent. Nobody
+ * can observe that record (every read is clocked, and the `SET PXAT` of `complete` keeps
+ * expiresAtMs, so Redis drops it within the millisecond, at once when that lies in the past): only
+ * the owner's own answer (true rather than false) differs, about a record that was its own.
  *
  * Record reply (`<record>` in the docs of redis-scripts.ts): ten elements, in this order: flags,
  * fencingToken, createdAtMs, leaseExpiresAtMs, expiresAtMs, statusCode (integers), fingerprint,
@@ -52,15 +68,9 @@ local function unreadable(key, why)
   return 'IDEMPOTENCY_UNREADABLE ' .. key .. ': ' .. why
 end
 
--- The live record of key; false when absent or expired; nil and a message when unreadable.
-local function load(key, now)
-  local raw = redis.pcall('GET', key)
-  if type(raw) == 'table' and raw.err then
-    return nil, unreadable(key, 'the key does not hold a string (' .. raw.err .. ')')
-  end
-  if not raw then
-    return false
-  end
+-- The record packed in raw (a GET or SET ... GET reply of key); nil and a message when it is not
+-- a record the scripts wrote. Expiry is the caller's business.
+local function decode(key, raw)
   local ok, version, flags, fencing, created, lease, expires, status, fp, owner, headers, pos =
     pcall(struct.unpack, RECORD, raw)
   if not ok then
@@ -75,17 +85,49 @@ local function load(key, now)
       or (bit.band(flags, PACKED) ~= 0 and #headers > 0) then
     return nil, unreadable(key, 'inconsistent record fields')
   end
-  if expires <= now then
-    return false
-  end
   return { flags = flags, fencing = fencing, created = created, lease = lease, expires = expires,
     status = status, fp = fp, owner = owner, headers = headers, body = body }
 end
 
+-- A reply of redis.pcall that is an error: WRONGTYPE (the key holds another type) makes the
+-- record unreadable; any other error (OOM, a server too old for a command's options) is
+-- answered as it is.
+local function failed(key, reply)
+  if string.sub(reply.err, 1, 9) == 'WRONGTYPE' then
+    return redis.error_reply(unreadable(key, 'the key does not hold a string (' .. reply.err .. ')'))
+  end
+  return reply
+end
+
+-- The live record of key; false when absent or expired; nil and a message when unreadable.
+-- now == nil skips the record's own expiry check and leaves it to Redis, which hides a key once
+-- its expiry (= expiresAtMs) has passed: see "Clock" above for when that is enough.
+local function load(key, now)
+  local raw = redis.pcall('GET', key)
+  if type(raw) == 'table' and raw.err then
+    return nil, unreadable(key, 'the key does not hold a string (' .. raw.err .. ')')
+  end
+  if not raw then
+    return false
+  end
+  local rec, err = decode(key, raw)
+  if not rec then
+    return nil, err
+  end
+  if now and rec.expires <= now then
+    return false
+  end
+  return rec
+end
+
+local function pack(r)
+  return struct.pack(RECORD, VERSION, r.flags, r.fencing, r.created, r.lease, r.expires, r.status,
+    #r.fp, r.fp, #r.owner, r.owner, #r.headers, r.headers) .. r.body
+end
+
+-- One command: the value and the key's expiry (PXAT: Redis 6.2+) together.
 local function save(key, r)
-  redis.call('SET', key, struct.pack(RECORD, VERSION, r.flags, r.fencing, r.created, r.lease,
-    r.expires, r.status, #r.fp, r.fp, #r.owner, r.owner, #r.headers, r.headers) .. r.body)
-  redis.call('PEXPIREAT', key, r.expires)
+  redis.call('SET', key, pack(r), 'PXAT', r.expires)
 end
 
 local function fresh(owner, fp, now, lease_ms, ttl_ms)

@@ -1,7 +1,8 @@
 /**
  * The Lua scripts of `RedisIdempotencyStore`, one per store operation. Each runs atomically on
  * the server, touches exactly one key (`KEYS[1]`, the record: cluster-safe), and takes its clock
- * from `redis.call('TIME')`, so leases and expiry never depend on the application servers' clocks.
+ * from `redis.call('TIME')`, so leases and expiry never depend on the application servers' clocks
+ * (`complete` and `release` need none: "Clock" in redis-record-format.ts).
  *
  * Each script starts with `PRELUDE` (redis-record-format.ts): the record value layout, the
  * `<record>` reply and the `IDEMPOTENCY_UNREADABLE` error below are documented there.
@@ -23,16 +24,29 @@ import { PRELUDE } from './redis-record-format.js';
  * ARGV[4]  record lifetime in ms (positive integer)
  *
  * Reply: `{1, nowMs, <record>}` claimed (the new record) | `{0, nowMs, <record>}` existing
- * (unchanged) | error `IDEMPOTENCY_UNREADABLE`.
+ * (unchanged) | error `IDEMPOTENCY_UNREADABLE` | the error of `SET` itself (`OOM`; a syntax
+ * error on a server older than Redis 7.0).
  */
 export const CLAIM_SCRIPT = `${PRELUDE}
 local now = now_ms()
-local rec, err = load(KEYS[1], now)
-if err then return redis.error_reply(err) end
-if rec then return claim_reply(0, now, rec) end
-rec = fresh(ARGV[1], ARGV[2], now, tonumber(ARGV[3]), tonumber(ARGV[4]))
-save(KEYS[1], rec)
-return claim_reply(1, now, rec)
+local owner, fp = ARGV[1], ARGV[2]
+local lease, expires = now + tonumber(ARGV[3]), now + tonumber(ARGV[4])
+-- The new record, packed straight from its fields (what pack(fresh(...)) gives, without the
+-- table: most claims of a busy key are replays, which throw it away).
+local value = struct.pack(RECORD, VERSION, 0, 1, now, lease, expires, 0, #fp, fp, #owner, owner, 0, '')
+-- One command claims an absent key or answers what it holds: NX never overwrites (a live record,
+-- a foreign value, another type), and GET (with NX: Redis 7.0+) returns the old value or nil.
+local raw = redis.pcall('SET', KEYS[1], value, 'NX', 'PXAT', expires, 'GET')
+if type(raw) == 'table' and raw.err then return failed(KEYS[1], raw) end
+if raw then
+  local old, err = decode(KEYS[1], raw)
+  if not old then return redis.error_reply(err) end
+  if old.expires > now then return claim_reply(0, now, old) end
+  -- Expired by its own clock but not yet by Redis's (the key lives through the millisecond
+  -- expiresAtMs itself), or a key whose expiry was removed: absent, as load() would say.
+  redis.call('SET', KEYS[1], value, 'PXAT', expires)
+end
+return { 1, now, 0, 1, now, lease, expires, 0, fp, owner, '', '' }
 `;
 
 /**
@@ -89,8 +103,8 @@ return claim_reply(1, now, rec)
  * `IDEMPOTENCY_UNREADABLE`.
  */
 export const COMPLETE_SCRIPT = `${PRELUDE}
-local now = now_ms()
-local rec, err = load(KEYS[1], now)
+-- No TIME: Redis's own expiry of the key is the record's (see "Clock" in redis-record-format.ts).
+local rec, err = load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not owned_in_progress(rec, ARGV[1]) then return 0 end
 rec.flags = COMPLETED + tonumber(ARGV[4])
@@ -113,8 +127,8 @@ return 1
  * Reply: 1 released | 0 otherwise | error `IDEMPOTENCY_UNREADABLE`.
  */
 export const RELEASE_SCRIPT = `${PRELUDE}
-local now = now_ms()
-local rec, err = load(KEYS[1], now)
+-- No TIME: Redis's own expiry of the key is the record's (see "Clock" in redis-record-format.ts).
+local rec, err = load(KEYS[1])
 if err then return redis.error_reply(err) end
 if not owned_in_progress(rec, ARGV[1]) then return 0 end
 redis.call('DEL', KEYS[1])

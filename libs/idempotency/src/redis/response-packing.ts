@@ -29,6 +29,15 @@ const DICTIONARY = Buffer.from(
  * they compress a typical response as well as the defaults.
  */
 const ZLIB_OPTIONS = { dictionary: DICTIONARY, windowBits: 11, memLevel: 3, level: 4 } as const;
+/*
+ * Measured for issue 14 (Node 20, a 310-byte order and its 155 bytes of typical Express headers,
+ * medians of 7 runs of 20 000 calls on a shared 2-core machine): packResponse 16 µs per call, of
+ * which setting up and closing the zlib stream is about 8 µs (7.8 µs to deflate one byte with
+ * the dictionary); level 1 (16 µs, +6 bytes), Z_FIXED (18 µs, +18 bytes), Z_HUFFMAN_ONLY
+ * (19 µs, +160 bytes) and no dictionary (21-26 µs, +117 bytes) cost as much or more, and pako
+ * (pure JavaScript) 43-47 µs. Node offers no documented way to reuse one zlib handle
+ * synchronously (its *Sync functions close theirs), so this stays. Unpacking a replay: 7.5 µs.
+ */
 
 /**
  * Output buffer sizes: zlib allocates one `chunkSize` buffer per call (16 KiB by default), which
