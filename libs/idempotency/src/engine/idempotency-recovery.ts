@@ -7,7 +7,7 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
-import type { ClaimRequest, IdempotencyStore } from '../stores/idempotency-store.js';
+import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { BeginRequest, BeginResult } from './idempotency-engine.types.js';
 import type { LiveClaims } from './live-claims.js';
@@ -53,8 +53,26 @@ export class IdempotencyRecovery {
     const { scoped, policy } = request;
     const durable = this.durable();
     try {
-      const claimed = await durable.claim(scoped.id, claimRequest);
-      if (claimed.kind === 'claimed') return this.claims.hold(scoped, claimed.record, policy, false);
+      let claimed: Extract<ClaimResult, { kind: 'existing' }>;
+      if (policy.transactional && durable.claimInTransaction) {
+        // The claim is the first statement of the route's transaction (docs/durable-tier.md):
+        // a duplicate waits on its uncommitted row, the handler runs in it, one commit.
+        const opened = await durable.claimInTransaction(scoped.id, claimRequest);
+        if (opened.kind === 'claimed') {
+          const { transaction } = opened;
+          return this.claims.hold(scoped, transaction.record, policy, false, transaction);
+        }
+        if (opened.kind === 'busy') {
+          // Another request's transaction holds the key's uncommitted claim past the lock timeout.
+          await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+          return { kind: 'in-progress', retryAfterSeconds: policy.inProgress.retryAfterSeconds ?? 1 };
+        }
+        claimed = opened;
+      } else {
+        const inserted = await durable.claim(scoped.id, claimRequest);
+        if (inserted.kind === 'claimed') return this.claims.hold(scoped, inserted.record, policy, false);
+        claimed = inserted;
+      }
       const row = claimed.record;
       if (
         row.fingerprint !== request.fingerprint ||

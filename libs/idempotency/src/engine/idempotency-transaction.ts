@@ -4,7 +4,7 @@
  */
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { DurableClaimTransaction, DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { ClaimSettlement } from './claim-settlement.js';
 import type { IdempotencyClaim } from './idempotency-claim.js';
@@ -26,6 +26,13 @@ export class IdempotencyTransaction {
   ) {}
 
   async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+    const open = claim.takeTransaction();
+    if (open) return this.executeInClaimTransaction(claim, open, execution);
+    if (claim.durableInTransaction) {
+      // Its transaction was already ended (finish, abandon, or an execute before this one).
+      this.claims.drop(claim);
+      return { kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 };
+    }
     const { scoped, ownerToken, policy } = claim;
     let outcome: HandlerOutcome | undefined;
     let response: StoredResponse | undefined;
@@ -83,6 +90,89 @@ export class IdempotencyTransaction {
     }
     this.claims.drop(claim);
     await this.settlement.mirrorCompletion(claim, committed!);
+    return { kind: 'sent' };
+  }
+
+  /**
+   * The claim's row was inserted as the first statement of this transaction
+   * (`DurableIdempotencyStore.claimInTransaction`): the handler runs in it after a savepoint, the
+   * row completes in it, and one COMMIT makes both visible. Every path ends the transaction.
+   */
+  private async executeInClaimTransaction(
+    claim: IdempotencyClaim,
+    transaction: DurableClaimTransaction,
+    execution: Execution,
+  ): Promise<ExecutionResult> {
+    const { scoped, policy } = claim;
+    let undoHandlerWrites: () => Promise<void>;
+    try {
+      undoHandlerWrites = await transaction.savepoint();
+    } catch (error) {
+      // Nothing ran, nothing committed: the key is freed for the retry.
+      await transaction.rollback();
+      this.claims.drop(claim);
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
+      await this.settlement.release(claim).catch(() => undefined);
+      return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
+    }
+    let outcome: HandlerOutcome | undefined;
+    let response: StoredResponse | undefined;
+    try {
+      await transaction.run(async () => {
+        const ran = execution.run(transaction.manager).then((value) => (outcome = value));
+        try {
+          response = await execution.response(ran);
+        } finally {
+          // The handler's statements run on the transaction's connection: it ends after them.
+          await ran.catch(() => undefined);
+        }
+      });
+    } catch (error) {
+      // The adapter could not say what the handler answered: nothing may commit, the key is freed.
+      await transaction.rollback();
+      await this.settlement.abandon(claim).catch(() => undefined);
+      throw error;
+    }
+    // Committed ⇔ completed (docs/contract.md B.7 rule 17a): a failure or a success the policy
+    // does not keep rolls the handler's writes back, and the claim with them.
+    if (!response || decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') {
+      await transaction.rollback();
+      await this.settlement.abandon(claim).catch(() => undefined);
+      return { kind: 'sent' };
+    }
+    const stored = this.sealer.storable(scoped.id, policy, response);
+    try {
+      // A failure the policy stores: its writes go, the claim stays, and it completes in this
+      // same transaction, so no other request can claim the key in between.
+      if (!outcome!.ok) await undoHandlerWrites();
+      if (!(await transaction.complete(stored))) throw new IdempotencyClaimLostError(scoped.id);
+    } catch (error) {
+      // Nothing committed: the key is freed, and the response (whose writes rolled back) replaced.
+      await transaction.rollback();
+      this.claims.drop(claim);
+      await this.settlement.release(claim).catch(() => undefined);
+      if (error instanceof IdempotencyClaimLostError) {
+        this.telemetry.lostLease(claim, 'transaction');
+        return { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 };
+      }
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_committed', error });
+      return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds: 1 };
+    }
+    try {
+      await transaction.commit();
+    } catch (error) {
+      // The commit may or may not have happened: keep the claim; after its lease, recovery reads
+      // the durable row and replays what committed or runs again what did not.
+      this.claims.drop(claim);
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'claim_kept_until_lease_lapses', error });
+      return {
+        kind: 'replaced',
+        reason: 'store-unavailable',
+        retryAfterSeconds: Math.max(1, Math.ceil(policy.leaseMs / 1000)),
+      };
+    }
+    this.claims.drop(claim);
+    await this.settlement.mirrorCompletion(claim, stored);
     return { kind: 'sent' };
   }
 }
