@@ -56,8 +56,10 @@ export interface TypeOrmIdempotencyStoreOptions {
   runExclusive?: <T>(work: () => Promise<T>) => Promise<T>;
   /**
    * PostgreSQL only: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
-   * waits for the row lock of a live `transaction()`. When the lock is still held after that,
-   * its owner is alive and working: the call returns `existing` with the row as last committed.
+   * waits for the row lock of a live `transaction()`, and `claimInTransaction` waits for another
+   * transaction's uncommitted claim of the key. When the lock is still held after that, its
+   * owner is alive and working: `takeOver` returns `existing` with the row as last committed,
+   * `claimInTransaction` returns `busy` (the engine answers `409` in progress).
    * @default 2000
    */
   lockTimeoutMs?: number;
@@ -85,7 +87,11 @@ const MAX_CLAIM_ATTEMPTS = 5;
  *   `INSERT ... ON CONFLICT ("key") DO NOTHING`; an expired row is replaced by an `UPDATE`
  *   guarded by `expires_at_ms <= now`, and the new claim's fencing token is the old one + 1, so
  *   a zombie of the expired record never holds the same token as the new owner.
- * - **Transactions** (`transaction()`): the row is locked (`SELECT ... FOR UPDATE` on
+ * - **Claims in a transaction** (`claimInTransaction()`, transactional routes): the claim's
+ *   INSERT is the first statement of the business transaction and is completed in it, one
+ *   COMMIT; a duplicate's INSERT waits for the uncommitted row at most `lockTimeoutMs`, then
+ *   answers `busy`. The row is never committed `in_progress`.
+ * - **Transactions** (`transaction()`, stores' fallback and routes claimed before): the row is locked (`SELECT ... FOR UPDATE` on
  *   PostgreSQL) and checked to be ours before `work` runs; the handler's writes and `complete`
  *   commit together. While the lock is held, `takeOver` waits at most `lockTimeoutMs` and then
  *   answers `existing`; `claim`, `get` and `deleteExpired` do not wait (they read the committed
