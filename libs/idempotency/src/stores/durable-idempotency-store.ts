@@ -53,9 +53,10 @@ export interface DurableClaimTransaction extends DurableTransaction {
    */
   savepoint(): Promise<() => Promise<void>>;
   /**
-   * Runs `work` where the handler must run: in the async context the transaction was opened in
-   * (on sql.js, inside the store's exclusive section, so the application's own serialized calls
-   * made by the handler join the transaction instead of waiting for it to end).
+   * Runs `work` (the handler) where it must run. A store whose transactions hold an exclusive
+   * section (the TypeORM store on sql.js) runs it in the async context the claim was made in,
+   * inside that section, so the application's own serialized calls made by the handler join the
+   * transaction instead of waiting for it to end; other stores just call `work`.
    */
   run<T>(work: () => Promise<T>): Promise<T>;
   /** Marks the claim's row `completed` with `response`, in the transaction; false if the row is not the claim's any more. */

@@ -310,8 +310,10 @@ export class IdempotencyRecordsConnection {
     let end!: () => void;
     const ended = new Promise<void>((resolve) => (end = resolve));
     let open = true;
-    // The async context the claim was made in: on sql.js, inside the exclusive section.
-    const context = new AsyncResource('IdempotencyClaimTransaction');
+    // sql.js: the async context the claim was made in, inside the exclusive section, where the
+    // handler's own serialized calls must run (elsewhere they would wait for this transaction to
+    // end). PostgreSQL has no section: the handler keeps its caller's context (its trace).
+    const context = this.dialect === 'postgres' ? undefined : new AsyncResource('IdempotencyClaimTransaction');
     const claim = claimId(key, ownerToken);
     const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
     const close = (): boolean => {
@@ -348,7 +350,7 @@ export class IdempotencyRecordsConnection {
           }
         };
       },
-      run: <T>(work: () => Promise<T>): Promise<T> => context.runInAsyncScope(work),
+      run: <T>(work: () => Promise<T>): Promise<T> => (context ? context.runInAsyncScope(work) : work()),
       complete: async (response: StoredResponse) => {
         checkOpen('complete');
         const params = completion(response);
@@ -376,7 +378,7 @@ export class IdempotencyRecordsConnection {
             throw this.failure('transaction commit', error);
           }
         } finally {
-          context.emitDestroy();
+          context?.emitDestroy();
           end();
         }
       },
@@ -384,7 +386,7 @@ export class IdempotencyRecordsConnection {
         if (!close()) return;
         await rollbackQuietly(runner);
         await releaseQuietly(runner);
-        context.emitDestroy();
+        context?.emitDestroy();
         end();
       },
     });
