@@ -6,7 +6,7 @@
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { DurableIdempotencyStore, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { BeginRequest, BeginResult } from './idempotency-engine.types.js';
@@ -22,7 +22,21 @@ export class IdempotencyRecovery {
     private readonly sealer: StoredResponseSealer,
     /** The stored answer of a run whose outcome is unknown (`staleLock: 'fail'`), built by the HTTP side. */
     private readonly outcomeUnknownResponse: () => StoredResponse,
-  ) {}
+  ) {
+    // `claimInTransaction` measured and traced as the durable claim it is (phase `claim`), through
+    // the telemetry's public store wrapper.
+    this.observedClaim = telemetry.instrumentStore(
+      {
+        claim: (durable: DurableIdempotencyStore, key: string, request: ClaimRequest) =>
+          durable.claimInTransaction!(key, request),
+      },
+      'durable',
+    );
+  }
+
+  private readonly observedClaim: {
+    claim(durable: DurableIdempotencyStore, key: string, request: ClaimRequest): Promise<TransactionalClaimResult>;
+  };
 
   async judge(
     request: BeginRequest,
@@ -49,7 +63,12 @@ export class IdempotencyRecovery {
    * tier had lost the record (eviction, failover, flush) or its owner died: the row decides.
    * Redis alone never decides that a durable route runs (DESIGN step 4).
    */
-  async confirmDurable(request: BeginRequest, claimRequest: ClaimRequest): Promise<BeginResult> {
+  async confirmDurable(
+    request: BeginRequest,
+    claimRequest: ClaimRequest,
+    /** The fast record this request took over from a dead lease, if it did. */
+    fastTakeover?: IdempotencyRecord,
+  ): Promise<BeginResult> {
     const { scoped, policy } = request;
     const durable = this.durable();
     try {
@@ -57,10 +76,17 @@ export class IdempotencyRecovery {
       if (policy.transactional && durable.claimInTransaction) {
         // The claim is the first statement of the route's transaction (docs/durable-tier.md):
         // a duplicate waits on its uncommitted row, the handler runs in it, one commit.
-        const opened = await durable.claimInTransaction(scoped.id, claimRequest);
+        const opened = await this.observedClaim.claim(durable, scoped.id, claimRequest);
         if (opened.kind === 'claimed') {
           const { transaction } = opened;
-          return this.claims.hold(scoped, transaction.record, policy, false, transaction);
+          // After a dead fast lease, the earlier run may have been cut short (its transaction, and
+          // its durable claim, went with its process): this run is a takeover, and its fencing
+          // token stays above the dead run's.
+          const record =
+            fastTakeover && fastTakeover.fencingToken > transaction.record.fencingToken
+              ? { ...transaction.record, fencingToken: fastTakeover.fencingToken }
+              : transaction.record;
+          return this.claims.hold(scoped, record, policy, fastTakeover !== undefined, transaction);
         }
         if (opened.kind === 'busy') {
           // Another request's transaction holds the key's uncommitted claim past the lock timeout.
@@ -157,7 +183,7 @@ export class IdempotencyRecovery {
     if (taken.kind === 'existing') {
       return this.judge(request, taken.record, taken.nowMs, claimRequest, true);
     }
-    return this.confirmDurable(request, claimRequest);
+    return this.confirmDurable(request, claimRequest, taken.record);
   }
 
   /** The durable row answers (mismatch, replay, in progress); the fast tier is repaired or freed. */
