@@ -52,15 +52,12 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
         )
       ).rows[0].n,
     );
-  const idleInTransaction = async () =>
-    Number(
-      (
-        await admin.query(
-          `SELECT count(*) AS n FROM pg_stat_activity WHERE state LIKE 'idle in transaction%' AND query LIKE $1`,
-          [`%"${schema}"%`],
-        )
-      ).rows[0].n,
-    );
+  /** Sessions whose open transaction wrote to this suite's idempotency table (a claim not yet committed). */
+  const openClaimSessions = `SELECT DISTINCT a.pid FROM pg_locks l JOIN pg_class c ON c.oid = l.relation
+    JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE n.nspname = $1 AND c.relname = 'idempotency_records' AND l.mode = 'RowExclusiveLock'
+    AND a.state LIKE 'idle in transaction%'`;
+  const idleInTransaction = async () => (await admin.query(openClaimSessions, [schema])).rowCount ?? 0;
   const until = async (condition: () => Promise<boolean>, what: string, timeoutMs = 10_000) => {
     const deadline = Date.now() + timeoutMs;
     while (!(await condition())) {
@@ -170,6 +167,33 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     const retry = await call({ key, body: { ref, gate, failOnce: 503 } });
     expect(retry.headers.get('idempotent-replayed')).toBe('true');
     expect(retry.body.equals(duplicateAnswer.body)).toBe(true);
+  });
+
+  it("the first request's database session dies inside its transaction: the retry takes the dead fast lease over (tookOver, fencing 2) and runs once; the first cannot commit", async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    const gate = randomUUID();
+    const runsBefore = fixture.probe.runs;
+    const first = call({ key, body: { ref, gate } });
+    await until(async () => fixture.probe.runs === runsBefore + 1, 'the first handler');
+    fixture.heartbeats.freeze(); // the process stops renewing its fast lease (300 ms)
+    const terminated = await admin.query(`SELECT pg_terminate_backend(pid) FROM (${openClaimSessions}) AS open`, [
+      schema,
+    ]);
+    expect(terminated.rowCount).toBe(1);
+    await sleep(500);
+    const retry = await call({ key, body: { ref, gate } });
+    fixture.heartbeats.thaw();
+    expect(retry.status).toBe(201);
+    expect(retry.json()).toMatchObject({ fencing: 2, tookOver: true });
+    fixture.probe.open(gate);
+    const firstAnswer = await first;
+    expect(firstAnswer.status).toBe(503);
+    expect(fixture.probe.runs).toBe(runsBefore + 2);
+    expect(await effects(ref)).toBe(1);
+    const replay = await call({ key, body: { ref, gate } });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.body.equals(retry.body)).toBe(true);
   });
 
   it('a stored failure (402) rolls its business write back to the savepoint and completes in the same transaction', async () => {
