@@ -353,6 +353,34 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     expect(await effects(ref)).toBe(2);
   });
 
+  it('under REPEATABLE READ (a DataSource isolationLevel) a duplicate that waited for a claim that committed answers busy, and its retry gets the committed row', async () => {
+    const strict = await new DataSource({
+      type: 'postgres',
+      url: process.env.TEST_DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+      schema,
+      extra: { options: `-c search_path=${schema}` },
+      isolationLevel: 'REPEATABLE READ',
+    }).initialize();
+    try {
+      const store = new TypeOrmIdempotencyStore(strict, { lockTimeoutMs: 10_000 });
+      const key = randomUUID();
+      const request = () => ({ ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 });
+      const first = await store.claimInTransaction(key, request());
+      if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+      const waiting = store.claimInTransaction(key, request());
+      await until(async () => (await waitingInserts()) === 1, 'the duplicate waiting on the row');
+      const response = { statusCode: 201, headers: {}, body: Buffer.from('{}') };
+      expect(await first.transaction.complete(response)).toBe(true);
+      await first.transaction.commit();
+      expect(await waiting).toEqual({ kind: 'busy' });
+      const retry = await store.claimInTransaction(key, request());
+      expect(retry.kind).toBe('existing');
+      if (retry.kind === 'existing') expect(retry.record.state).toBe('completed');
+    } finally {
+      await strict.destroy();
+    }
+  });
+
   it('a store without claimInTransaction keeps the separate, autocommitted claim (7 statements) and the same answers', async () => {
     const fallbackPrefix = `tx-claim-fallback-${randomUUID()}`;
     const fallback = await startContractApp('express', new RedisIdempotencyStore(redis, { prefix: fallbackPrefix }), {

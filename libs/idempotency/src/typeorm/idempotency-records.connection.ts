@@ -19,6 +19,7 @@ import { changedOne, decodeRecord, integer, single, type Row } from './idempoten
 import { IDEMPOTENCY_RECORDS_TABLE } from './idempotency-record.entity.js';
 import {
   LOCK_NOT_AVAILABLE,
+  SERIALIZATION_FAILURE,
   sqlState,
   statementsFor,
   type Dialect,
@@ -288,12 +289,16 @@ export class IdempotencyRecordsConnection {
     } catch (error) {
       await rollbackQuietly(runner);
       await releaseQuietly(runner);
-      if (sqlState(error) === LOCK_NOT_AVAILABLE) {
+      const state = sqlState(error);
+      if (state === LOCK_NOT_AVAILABLE) {
         // The key's row is held by a live transaction: the insert of a running claim (busy), or
         // an expired row an older transaction still holds (its owner is at work: as takeOver).
         if (phase === 'insert') return { result: { kind: 'busy' } };
         if (existing) return { result: { kind: 'existing', ...existing } };
       }
+      // Under a stricter isolation level the insert that waited for a claim that then committed
+      // fails instead of seeing it: the key is as busy as it was, and a retry reads the answer.
+      if (state === SERIALIZATION_FAILURE && phase === 'insert') return { result: { kind: 'busy' } };
       throw this.failure('claimInTransaction', error);
     }
   }

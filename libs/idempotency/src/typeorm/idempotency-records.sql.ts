@@ -7,6 +7,12 @@ import type { IdempotencyRecordState } from '../interfaces/idempotency-record.in
 
 /** PostgreSQL SQLSTATE `lock_not_available`, raised when `lock_timeout` elapses. */
 export const LOCK_NOT_AVAILABLE = '55P03';
+/**
+ * PostgreSQL SQLSTATE `serialization_failure`: under REPEATABLE READ or SERIALIZABLE (a
+ * DataSource `isolationLevel`), an INSERT that waited for another transaction's row of the key,
+ * which then committed, cannot see it from its snapshot.
+ */
+export const SERIALIZATION_FAILURE = '40001';
 
 /** The custom setting `insertInTransaction` keeps the transaction's own `lock_timeout` in. @internal */
 export const SAVED_LOCK_TIMEOUT = 'idempotency.saved_lock_timeout';
