@@ -2,22 +2,26 @@
  * Model 2: a durable, transactional route with the protocol change approved in issue 14 (item 3):
  * the durable claim is the business transaction's first statement.
  *
- * begin(): the fast claim (Redis) only. execute(): BEGIN; INSERT the in_progress row
- * (ON CONFLICT DO NOTHING). A duplicate's INSERT waits for the uncommitted row of the first
+ * begin(): the fast claim (Redis), then BEGIN; INSERT the in_progress row (ON CONFLICT DO
+ * NOTHING) in confirmDurable() → DurableIdempotencyStore.claimInTransaction; execute() runs the
+ * handler in that transaction. Nothing happens between the two in the model's terms (the open
+ * transaction is carried by the claim), so they are one step here. A duplicate's INSERT waits for the uncommitted row of the first
  * (PostgreSQL's unique index), up to lock_timeout, then answers 409; after a COMMIT it sees the
  * completed row and replays it; after a ROLLBACK it inserts and runs. The handler's writes, and
  * the completion of the row, are in the same transaction: one COMMIT. A stored failure (402)
  * rolls the handler's writes back to a SAVEPOINT taken after the INSERT and completes the row in
  * the same transaction. A durable row is therefore never committed in progress on such a route.
  *
- * Until the library implements it, the function names below are those of today's engine that
- * the change keeps (begin, claim, judge, committedAnswer, recoverThroughDurable, takeOver,
- * mirrorCompletion, freeKey) and the store calls the change introduces (the INSERT as the first
- * statement of DurableIdempotencyStore.transaction, complete inside it).
+ * The function names below are those of the implementation (libs/idempotency/src/engine,
+ * typeorm): begin → decide, IdempotencyStore.claim, judge, committedAnswer, recoverThroughDurable,
+ * takeOver, confirmDurable → DurableIdempotencyStore.claimInTransaction (the INSERT as the first
+ * statement), IdempotencyTransaction.executeInClaimTransaction (DurableClaimTransaction.savepoint,
+ * Execution.run, DurableClaimTransaction.complete and .commit), mirrorCompletion,
+ * answerFromDurable, ClaimSettlement.abandon → freeKey.
  *
- * The heartbeat renews the Redis lease; the durable "lease" is the open transaction itself (its
- * renewals, inside it, cannot be refused; before the INSERT there is no row to renew, and the
- * engine must not count that as a refusal). A worker that dies takes its transaction with it:
+ * The heartbeat renews the Redis lease (LiveClaims.leaseRenewals: not decisive); the durable
+ * "lease" is the open transaction itself, which the heartbeat does not renew (a claim with
+ * durableInTransaction has no durable renewal at all, so nothing can count as a refusal). A worker that dies takes its transaction with it:
  * the database rolls it back once it notices the dead session (process Clock).
  */
 
@@ -125,15 +129,16 @@ recoverFast:
       fi
     }
 transaction:
-    /* DurableIdempotencyStore.transaction: BEGIN; INSERT … ON CONFLICT DO NOTHING RETURNING, the
-       claim as the first statement: it waits for another transaction's uncommitted INSERT of the
-       key, up to lock_timeout. Then Execution.run(manager), the handler, and on a kept outcome
-       DurableIdempotencyStore.complete(…, transaction): private to the transaction until COMMIT,
-       so one step here. */
+    /* confirmDurable() → DurableIdempotencyStore.claimInTransaction: BEGIN; INSERT … ON CONFLICT
+       DO NOTHING RETURNING, the claim as the first statement: it waits for another transaction's
+       uncommitted INSERT of the key, up to lock_timeout. Then executeInClaimTransaction():
+       DurableClaimTransaction.savepoint(), Execution.run(manager), the handler, and on a kept
+       outcome DurableClaimTransaction.complete(response): private to the transaction until
+       COMMIT, so one step here. */
     if
     :: atomic {
          KEEP(!OTHER_INSERT(t)) /* guard:insert-waits */ ->
-         printf("[%c] DurableIdempotencyStore.transaction: BEGIN; INSERT the claim\n", NAME(c));
+         printf("[%c] DurableIdempotencyStore.claimInTransaction: BEGIN; INSERT the claim\n", NAME(c));
          if
          :: row.state == ABSENT -> ins[t] = IN_PROGRESS; printf("[%c]   inserted (uncommitted)\n", NAME(c))
          :: row.state == COMPLETED -> out = row.out; printf("[%c]   conflict: the row is completed; ROLLBACK\n", NAME(c)); goto answerRepair
@@ -155,19 +160,19 @@ transaction:
 #endif
          :: out == O_TRANSIENT -> txRollback(t); tokSt[t] = T_RUN; printf("[%c] ROLLBACK; freeKey()\n", NAME(c)); goto releaseFast
          fi;
-         /* DurableIdempotencyStore.complete(…, transaction): UPDATE … WHERE owner_token AND in_progress sees the transaction's own row */
+         /* DurableClaimTransaction.complete(response): UPDATE … WHERE owner_token AND in_progress sees the transaction's own row */
          if
          :: KEEP(ins[t] == IN_PROGRESS) /* guard:durable-complete-owner */ ->
             CHECK(outcome_from_handler, out == handlerOut[t]); insOut[t] = out; ins[t] = COMPLETED;
-            printf("[%c] DurableIdempotencyStore.complete in the transaction\n", NAME(c))
+            printf("[%c] DurableClaimTransaction.complete in the transaction\n", NAME(c))
          :: else -> printf("[%c]   IdempotencyClaimLostError: rolled back, told 409\n", NAME(c)); txRollback(t); tokSt[t] = T_RUN; retryLater(c, t)
          fi;
          goto commit
        }
-    :: atomic { OTHER_INSERT(t) -> printf("[%c] DurableIdempotencyStore.transaction: the INSERT waits; lock_timeout: ROLLBACK\n", NAME(c)); goto answerRelease }
+    :: atomic { OTHER_INSERT(t) -> printf("[%c] DurableIdempotencyStore.claimInTransaction: the INSERT waits; lock_timeout: ROLLBACK, busy\n", NAME(c)); goto answerRelease }
     fi;
 commit:
-    /* DurableIdempotencyStore.transaction: COMMIT; then drop() ends the heartbeat */
+    /* executeInClaimTransaction() → DurableClaimTransaction.commit(): COMMIT; then drop() ends the heartbeat */
     atomic {
       if
       :: printf("[%c] COMMIT\n", NAME(c)); txCommit(t); answered = true
@@ -214,10 +219,10 @@ answerRepair:
     /* answerFromDurable() → IdempotencyStore.complete(id, fastOwnerToken, row.response) */
     atomic { tokSt[t] = T_RUN; fastCallComplete(t, out, ok); printf("[%c] answerFromDurable(): IdempotencyStore.complete (repair): ", NAME(c)); sayStoreAnswer(ok); ok = 0; replay(c, t, out) }
 answerRelease:
-    /* answerFromDurable() → IdempotencyStore.release(id, fastOwnerToken); 409 */
+    /* confirmDurable(), claimInTransaction answered busy → IdempotencyStore.release(id, fastOwnerToken); 409 */
     atomic { tokSt[t] = T_RUN; fastCallRelease(t); printf("[%c] IdempotencyStore.release; told 409\n", NAME(c)); retryLater(c, t) }
 releaseFast:
-    /* freeKey() → IdempotencyStore.release (the transaction took the durable claim with it) */
+    /* DurableClaimTransaction.rollback(); ClaimSettlement.abandon() → freeKey() → IdempotencyStore.release (the transaction took the durable claim with it) */
     atomic { fastCallRelease(t); printf("[%c] freeKey(): IdempotencyStore.release\n", NAME(c)); answerFresh(c, t, out) }
   } unless {
     atomic { crash[c] -> printf("[%c] the worker dies\n", NAME(c)); retryLater(c, t) }

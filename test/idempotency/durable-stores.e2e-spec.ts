@@ -4,7 +4,14 @@ import net, { type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
-import { IdempotencyConfigurationError, IdempotencyStoreError, type DurableTransaction } from 'nestjs-idempotency';
+import {
+  DurableIdempotencyStore,
+  IdempotencyConfigurationError,
+  IdempotencyStoreError,
+  type ClaimRequest,
+  type DurableTransaction,
+  type StoredResponse,
+} from 'nestjs-idempotency';
 import {
   AddIdempotencyRecordsInProgressIndex1764150000000,
   CreateIdempotencyRecords1764100000000,
@@ -293,6 +300,16 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
   });
 
   describeDurableStoreContract('TypeOrmIdempotencyStore (PostgreSQL)', async () => harness('postgres', dataSource, {}));
+
+  // A third-party store that predates claimInTransaction (the optional method): the same suite passes.
+  describeDurableStoreContract('a store without claimInTransaction (TypeORM on PostgreSQL, forwarded)', async () => {
+    const inner = harness('postgres', dataSource, {});
+    return {
+      ...inner,
+      store: new WithoutClaimInTransaction(inner.store),
+      anotherInstance: (options) => new WithoutClaimInTransaction(inner.anotherInstance(options)),
+    };
+  });
 
   describe('schema', () => {
     afterEach(() => dataSource.query('DELETE FROM idempotency_records'));
@@ -736,3 +753,40 @@ describe('TypeORM entry point', () => {
     ]);
   });
 });
+
+/** Forwards every method of `DurableIdempotencyStore` except the optional `claimInTransaction`. */
+class WithoutClaimInTransaction extends DurableIdempotencyStore {
+  constructor(private readonly inner: DurableIdempotencyStore) {
+    super();
+  }
+  claim(key: string, request: ClaimRequest) {
+    return this.inner.claim(key, request);
+  }
+  takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest) {
+    return this.inner.takeOver(key, expectedOwnerToken, request);
+  }
+  complete(key: string, ownerToken: string, response: StoredResponse, transaction?: DurableTransaction) {
+    return this.inner.complete(key, ownerToken, response, transaction);
+  }
+  release(key: string, ownerToken: string) {
+    return this.inner.release(key, ownerToken);
+  }
+  extend(key: string, ownerToken: string, leaseMs: number) {
+    return this.inner.extend(key, ownerToken, leaseMs);
+  }
+  get(key: string) {
+    return this.inner.get(key);
+  }
+  transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>) {
+    return this.inner.transaction(key, ownerToken, work);
+  }
+  deleteExpired(batchSize: number, nowMs?: number) {
+    return this.inner.deleteExpired(batchSize, nowMs);
+  }
+  override listInProgress(olderThanMs: number, limit: number) {
+    return this.inner.listInProgress(olderThanMs, limit);
+  }
+  override forceDelete(key: string, scope?: 'in-progress' | 'any') {
+    return this.inner.forceDelete(key, scope);
+  }
+}

@@ -68,7 +68,12 @@ export {
   type ForceDeleteScope,
   type InProgressEntry,
 } from './stores/idempotency-store.js';
-export { DurableIdempotencyStore, type DurableTransaction } from './stores/durable-idempotency-store.js';
+export {
+  DurableIdempotencyStore,
+  type DurableClaimTransaction,
+  type DurableTransaction,
+  type TransactionalClaimResult,
+} from './stores/durable-idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
 export type {
   IdempotencyRecord,

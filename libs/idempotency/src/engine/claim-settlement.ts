@@ -3,7 +3,7 @@
  * owner token, the durable tier first on durable routes and the fast tier following.
  */
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { DurableClaimTransaction, DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { IdempotencyClaim } from './idempotency-claim.js';
@@ -24,17 +24,26 @@ export class ClaimSettlement {
   /** `IdempotencyService.finish()`: stores the response or releases the key, as the outcome policy decides. */
   async finish(claim: IdempotencyClaim, response: StoredResponse, override?: OutcomeOverride): Promise<FinishResult> {
     this.claims.drop(claim);
+    const transaction = claim.takeTransaction();
     if (decideOutcome(response.statusCode, claim.policy, override) === 'release') {
+      await transaction?.rollback();
       return this.release(claim);
     }
-    return this.telemetry.observeFinish('complete', claim, () =>
-      this.completeClaim(claim, this.sealer.storable(claim.scoped.id, claim.policy, response)),
-    );
+    const stored = this.sealer.storable(claim.scoped.id, claim.policy, response);
+    if (transaction) {
+      // The handler ran outside the claim's transaction (the adapter never called execute): the
+      // row completes in that transaction, with no business writes, and commits.
+      return this.telemetry.observeFinish('complete', claim, () =>
+        this.completeInTransaction(claim, transaction, stored),
+      );
+    }
+    return this.telemetry.observeFinish('complete', claim, () => this.completeClaim(claim, stored));
   }
 
-  /** `IdempotencyService.abandon()`: frees the key without a response. */
+  /** `IdempotencyService.abandon()`: frees the key without a response (an open claim transaction rolls back). */
   async abandon(claim: IdempotencyClaim): Promise<FinishResult> {
     this.claims.drop(claim);
+    await claim.takeTransaction()?.rollback();
     return this.release(claim);
   }
 
@@ -88,8 +97,35 @@ export class ClaimSettlement {
     return completed ? 'stored' : 'lost';
   }
 
+  /** Completes the row in the claim's open transaction and commits it; the fast tier follows. */
+  private async completeInTransaction(
+    claim: IdempotencyClaim,
+    transaction: DurableClaimTransaction,
+    stored: StoredResponse,
+  ): Promise<FinishResult> {
+    try {
+      if (!(await transaction.complete(stored))) {
+        await transaction.rollback();
+        this.telemetry.lostLease(claim, 'complete');
+        await this.store.release(claim.scoped.id, claim.ownerToken).catch(() => undefined);
+        return 'lost';
+      }
+      await transaction.commit();
+    } finally {
+      await transaction.rollback();
+    }
+    await this.mirrorCompletion(claim, stored);
+    return 'stored';
+  }
+
   private async freeKey(claim: IdempotencyClaim): Promise<FinishResult> {
     const { scoped, ownerToken, policy } = claim;
+    if (claim.durableInTransaction) {
+      // The row was claimed inside the route's transaction and never committed: once that rolled
+      // back, the authority holds nothing, and the fast tier follows (a failure there changes nothing).
+      await this.store.release(scoped.id, ownerToken).catch(() => undefined);
+      return 'released';
+    }
     if (policy.durable) {
       const released = await this.durable().release(scoped.id, ownerToken);
       await this.store.release(scoped.id, ownerToken).catch(() => undefined);

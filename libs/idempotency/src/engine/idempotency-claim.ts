@@ -4,6 +4,7 @@
  */
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord } from '../interfaces/idempotency-record.interface.js';
+import type { DurableClaimTransaction } from '../stores/durable-idempotency-store.js';
 import type { ScopedKey } from './scoped-key.js';
 
 /**
@@ -39,6 +40,7 @@ export class IdempotencyClaim {
   private readonly beats = new Set<NodeJS.Timeout>();
   private beating = false;
   private lostClaim = false;
+  private openTransaction?: DurableClaimTransaction;
 
   constructor(
     readonly scoped: ScopedKey,
@@ -46,7 +48,32 @@ export class IdempotencyClaim {
     readonly policy: ResolvedPolicy,
     /** True when this claim took over a dead lease (the handler runs again). */
     readonly tookOver: boolean,
-  ) {}
+    /**
+     * The open transaction whose first statement inserted this claim's durable row
+     * (`DurableIdempotencyStore.claimInTransaction`, transactional routes). @internal
+     */
+    transaction?: DurableClaimTransaction,
+  ) {
+    this.openTransaction = transaction;
+    this.durableInTransaction = transaction !== undefined;
+  }
+
+  /**
+   * True when the durable row of this claim lives only in an open transaction (it is never
+   * committed `in_progress`): releasing the claim frees the fast tier only, and the durable tier
+   * is never renewed. @internal
+   */
+  readonly durableInTransaction: boolean;
+
+  /**
+   * Hands the open transaction over to whoever ends it (execute, finish, abandon), once: later
+   * calls get undefined. @internal
+   */
+  takeTransaction(): DurableClaimTransaction | undefined {
+    const transaction = this.openTransaction;
+    this.openTransaction = undefined;
+    return transaction;
+  }
 
   get ownerToken(): string {
     return this.record.ownerToken;

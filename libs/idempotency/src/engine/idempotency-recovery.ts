@@ -6,8 +6,8 @@
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
-import type { ClaimRequest, IdempotencyStore } from '../stores/idempotency-store.js';
+import type { DurableIdempotencyStore, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
+import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { BeginRequest, BeginResult } from './idempotency-engine.types.js';
 import type { LiveClaims } from './live-claims.js';
@@ -22,7 +22,21 @@ export class IdempotencyRecovery {
     private readonly sealer: StoredResponseSealer,
     /** The stored answer of a run whose outcome is unknown (`staleLock: 'fail'`), built by the HTTP side. */
     private readonly outcomeUnknownResponse: () => StoredResponse,
-  ) {}
+  ) {
+    // `claimInTransaction` measured and traced as the durable claim it is (phase `claim`), through
+    // the telemetry's public store wrapper.
+    this.observedClaim = telemetry.instrumentStore(
+      {
+        claim: (durable: DurableIdempotencyStore, key: string, request: ClaimRequest) =>
+          durable.claimInTransaction!(key, request),
+      },
+      'durable',
+    );
+  }
+
+  private readonly observedClaim: {
+    claim(durable: DurableIdempotencyStore, key: string, request: ClaimRequest): Promise<TransactionalClaimResult>;
+  };
 
   async judge(
     request: BeginRequest,
@@ -49,12 +63,42 @@ export class IdempotencyRecovery {
    * tier had lost the record (eviction, failover, flush) or its owner died: the row decides.
    * Redis alone never decides that a durable route runs (DESIGN step 4).
    */
-  async confirmDurable(request: BeginRequest, claimRequest: ClaimRequest): Promise<BeginResult> {
+  async confirmDurable(
+    request: BeginRequest,
+    claimRequest: ClaimRequest,
+    /** The fast record this request took over from a dead lease, if it did. */
+    fastTakeover?: IdempotencyRecord,
+  ): Promise<BeginResult> {
     const { scoped, policy } = request;
     const durable = this.durable();
     try {
-      const claimed = await durable.claim(scoped.id, claimRequest);
-      if (claimed.kind === 'claimed') return this.claims.hold(scoped, claimed.record, policy, false);
+      let claimed: Extract<ClaimResult, { kind: 'existing' }>;
+      if (policy.transactional && durable.claimInTransaction) {
+        // The claim is the first statement of the route's transaction (docs/durable-tier.md):
+        // a duplicate waits on its uncommitted row, the handler runs in it, one commit.
+        const opened = await this.observedClaim.claim(durable, scoped.id, claimRequest);
+        if (opened.kind === 'claimed') {
+          const { transaction } = opened;
+          // After a dead fast lease, the earlier run may have been cut short (its transaction, and
+          // its durable claim, went with its process): this run is a takeover, and its fencing
+          // token stays above the dead run's.
+          const record =
+            fastTakeover && fastTakeover.fencingToken > transaction.record.fencingToken
+              ? { ...transaction.record, fencingToken: fastTakeover.fencingToken }
+              : transaction.record;
+          return this.claims.hold(scoped, record, policy, fastTakeover !== undefined, transaction);
+        }
+        if (opened.kind === 'busy') {
+          // Another request's transaction holds the key's uncommitted claim past the lock timeout.
+          await this.store.release(scoped.id, claimRequest.ownerToken).catch(() => undefined);
+          return { kind: 'in-progress', retryAfterSeconds: policy.inProgress.retryAfterSeconds ?? 1 };
+        }
+        claimed = opened;
+      } else {
+        const inserted = await durable.claim(scoped.id, claimRequest);
+        if (inserted.kind === 'claimed') return this.claims.hold(scoped, inserted.record, policy, false);
+        claimed = inserted;
+      }
       const row = claimed.record;
       if (
         row.fingerprint !== request.fingerprint ||
@@ -139,7 +183,7 @@ export class IdempotencyRecovery {
     if (taken.kind === 'existing') {
       return this.judge(request, taken.record, taken.nowMs, claimRequest, true);
     }
-    return this.confirmDurable(request, claimRequest);
+    return this.confirmDurable(request, claimRequest, taken.record);
   }
 
   /** The durable row answers (mismatch, replay, in progress); the fast tier is repaired or freed. */

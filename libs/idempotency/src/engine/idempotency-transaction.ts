@@ -2,9 +2,10 @@
  * `execute` on `transactional` routes: the handler runs inside a durable-store transaction, and
  * the completed record commits in it, or nothing does (docs/contract.md B.7 rule 17a).
  */
+import { context as otelContext } from '@opentelemetry/api';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { DurableClaimTransaction, DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { ClaimSettlement } from './claim-settlement.js';
 import type { IdempotencyClaim } from './idempotency-claim.js';
@@ -23,9 +24,35 @@ export class IdempotencyTransaction {
     private readonly claims: LiveClaims,
     private readonly settlement: ClaimSettlement,
     private readonly sealer: StoredResponseSealer,
-  ) {}
+  ) {
+    // The claim's transaction observed as the store's `transaction()` is (a span around the
+    // handler; a failed COMMIT counted as a store error, the work's own failures not), through
+    // the telemetry's public store wrapper: the work runs, then the COMMIT.
+    this.observed = telemetry.instrumentStore(
+      {
+        async transaction(_key: string, transaction: DurableClaimTransaction, work: () => Promise<void>) {
+          await work();
+          await transaction.commit();
+        },
+        complete: (transaction: DurableClaimTransaction, response: StoredResponse) => transaction.complete(response),
+      },
+      'durable',
+    );
+  }
+
+  private readonly observed: {
+    transaction(key: string, transaction: DurableClaimTransaction, work: () => Promise<void>): Promise<void>;
+    complete(transaction: DurableClaimTransaction, response: StoredResponse): Promise<boolean>;
+  };
 
   async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
+    const open = claim.takeTransaction();
+    if (open) return this.executeInClaimTransaction(claim, open, execution);
+    if (claim.durableInTransaction) {
+      // Its transaction was already ended (finish, abandon, or an execute before this one).
+      this.claims.drop(claim);
+      return { kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 };
+    }
     const { scoped, ownerToken, policy } = claim;
     let outcome: HandlerOutcome | undefined;
     let response: StoredResponse | undefined;
@@ -85,4 +112,86 @@ export class IdempotencyTransaction {
     await this.settlement.mirrorCompletion(claim, committed!);
     return { kind: 'sent' };
   }
+
+  /**
+   * The claim's row was inserted as the first statement of this transaction
+   * (`DurableIdempotencyStore.claimInTransaction`): the handler runs in it after a savepoint, the
+   * row completes in it, and one COMMIT makes both visible. Every path ends the transaction.
+   */
+  private async executeInClaimTransaction(
+    claim: IdempotencyClaim,
+    transaction: DurableClaimTransaction,
+    execution: Execution,
+  ): Promise<ExecutionResult> {
+    const { scoped, policy } = claim;
+    let outcome: HandlerOutcome | undefined;
+    let response: StoredResponse | undefined;
+    let stored: StoredResponse | undefined;
+    let ran = false;
+    let adapterFailed = false;
+    try {
+      await this.observed.transaction(scoped.id, transaction, async () => {
+        const undoHandlerWrites = await transaction.savepoint();
+        ran = true;
+        // The store may run the handler in the context the claim was made in (sql.js: inside its
+        // exclusive section); the handler's spans still belong under this transaction's.
+        const trace = otelContext.active();
+        try {
+          await transaction.run(() =>
+            otelContext.with(trace, async () => {
+              const settled = execution.run(transaction.manager).then((value) => (outcome = value));
+              try {
+                response = await execution.response(settled);
+              } finally {
+                // The handler's statements run on the transaction's connection: it ends after them.
+                await settled.catch(() => undefined);
+              }
+            }),
+          );
+        } catch (error) {
+          adapterFailed = true;
+          throw error;
+        }
+        // Committed ⇔ completed (docs/contract.md B.7 rule 17a): a failure or a success the policy
+        // does not keep rolls the handler's writes back, and the claim with them.
+        if (!response) throw ROLLBACK;
+        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+        // A failure the policy stores: its writes go, the claim stays, and it completes in this
+        // same transaction, so no other request can claim the key in between.
+        if (!outcome!.ok) await undoHandlerWrites();
+        const completion = this.sealer.storable(scoped.id, policy, response);
+        if (!(await this.observed.complete(transaction, completion))) throw new IdempotencyClaimLostError(scoped.id);
+        stored = completion;
+      });
+    } catch (error) {
+      await transaction.rollback(); // a no-op once the commit was sent
+      this.claims.drop(claim);
+      if (stored) {
+        // The COMMIT itself failed: it may or may not have happened. Keep the fast claim; after its
+        // lease, recovery reads the durable row and replays what committed or runs what did not.
+        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'claim_kept_until_lease_lapses', error });
+        return { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds: leaseSeconds(policy.leaseMs) };
+      }
+      // Nothing committed: the durable claim went with the rollback, and the fast claim is freed.
+      await this.settlement.abandon(claim).catch(() => undefined);
+      if (error === ROLLBACK) return { kind: 'sent' };
+      // The adapter could not say what the handler answered: as on other routes, its error stands.
+      if (adapterFailed) throw error;
+      if (error instanceof IdempotencyClaimLostError) {
+        this.telemetry.lostLease(claim, 'transaction');
+        return { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 };
+      }
+      this.telemetry.storeError(scoped, { phase: 'transaction', outcome: ran ? 'not_committed' : 'not_run', error });
+      return ran
+        ? { kind: 'replaced', reason: 'store-unavailable', retryAfterSeconds: 1 }
+        : { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
+    }
+    this.claims.drop(claim);
+    await this.settlement.mirrorCompletion(claim, stored!);
+    return { kind: 'sent' };
+  }
+}
+
+function leaseSeconds(leaseMs: number): number {
+  return Math.max(1, Math.ceil(leaseMs / 1000));
 }

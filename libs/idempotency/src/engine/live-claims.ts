@@ -4,7 +4,7 @@
  */
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
+import type { DurableClaimTransaction, DurableIdempotencyStore } from '../stores/durable-idempotency-store.js';
 import type { IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import { IdempotencyClaim, type LeaseRenewal } from './idempotency-claim.js';
@@ -20,8 +20,14 @@ export class LiveClaims {
     private readonly telemetry: IdempotencyTelemetry,
   ) {}
 
-  hold(scoped: ScopedKey, record: IdempotencyRecord, policy: ResolvedPolicy, tookOver: boolean): BeginResult {
-    const claim = new IdempotencyClaim(scoped, record, policy, tookOver);
+  hold(
+    scoped: ScopedKey,
+    record: IdempotencyRecord,
+    policy: ResolvedPolicy,
+    tookOver: boolean,
+    transaction?: DurableClaimTransaction,
+  ): BeginResult {
+    const claim = new IdempotencyClaim(scoped, record, policy, tookOver, transaction);
     claim.startHeartbeat(this.leaseRenewals(claim), () => this.telemetry.lostLease(claim, 'heartbeat'));
     this.liveClaims.add(claim);
     return { kind: 'claimed', claim };
@@ -32,9 +38,19 @@ export class LiveClaims {
     this.liveClaims.delete(claim);
   }
 
-  /** Stops every heartbeat: the application shuts down, the leases lapse on their own. */
+  /**
+   * Stops every heartbeat: the application shuts down, the leases lapse on their own. A claim
+   * transaction nobody took over (begin() without execute, finish or abandon) is rolled back, so
+   * its connection goes back to the pool.
+   */
   dropAll(): void {
-    for (const claim of this.liveClaims) claim.stopHeartbeat();
+    for (const claim of this.liveClaims) {
+      claim.stopHeartbeat();
+      void claim
+        .takeTransaction()
+        ?.rollback()
+        .catch(() => undefined);
+    }
     this.liveClaims.clear();
   }
 
@@ -51,7 +67,10 @@ export class LiveClaims {
       decisive: !policy.durable,
       renew: () => this.store.extend(scoped.id, ownerToken, policy.leaseMs),
     };
-    if (!policy.durable) return [fast];
+    // A durable row claimed inside the route's transaction has no committed row to renew: its
+    // lease is the open transaction itself (a duplicate's insert waits on it), which ends with
+    // the process. The fast tier is still renewed, not decisive, as on every durable route.
+    if (!policy.durable || claim.durableInTransaction) return [fast];
     return [
       fast,
       { tier: 'durable', decisive: true, renew: () => this.durable().extend(scoped.id, ownerToken, policy.leaseMs) },

@@ -31,6 +31,59 @@ export interface DurableTransaction {
 }
 
 /**
+ * A transaction that `DurableIdempotencyStore.claimInTransaction` opened with the claim's row
+ * inserted `in_progress` as its first statement, still uncommitted: a duplicate's insert of the
+ * same key waits for it (the unique index) until it commits or rolls back, up to the store's
+ * lock timeout. The handler writes through `manager`, the engine completes the row with
+ * `complete` and commits once; the row is never committed `in_progress`.
+ *
+ * Exactly one of `commit` or `rollback` must end it (a rollback after either is a no-op); until
+ * then it holds a database connection (and, on an embedded single-connection database, the
+ * store's exclusive section).
+ *
+ * @publicApi
+ */
+export interface DurableClaimTransaction extends DurableTransaction {
+  /** The row as the claim inserted it (`in_progress`, owned by the claim's token), uncommitted. */
+  readonly record: IdempotencyRecord;
+  /**
+   * Marks where the handler's writes begin (right after the claim's insert) and returns what
+   * undoes them, the claim staying in place: a failure the outcome policy stores is then
+   * completed in this same transaction (docs/protocol-model.md). Call it once, before the handler.
+   */
+  savepoint(): Promise<() => Promise<void>>;
+  /**
+   * Runs `work` (the handler) where it must run. A store whose transactions hold an exclusive
+   * section (the TypeORM store on sql.js) runs it in the async context the claim was made in,
+   * inside that section, so the application's own serialized calls made by the handler join the
+   * transaction instead of waiting for it to end; other stores just call `work`.
+   */
+  run<T>(work: () => Promise<T>): Promise<T>;
+  /** Marks the claim's row `completed` with `response`, in the transaction; false if the row is not the claim's any more. */
+  complete(response: StoredResponse): Promise<boolean>;
+  /** Commits: the business writes and the completed row become visible together. Rejects with `IdempotencyStoreError` when the commit fails (its outcome is then unknown). */
+  commit(): Promise<void>;
+  /** Rolls back (the claim's row goes with it) and frees the connection. Never rejects. */
+  rollback(): Promise<void>;
+}
+
+/**
+ * What `claimInTransaction` answers:
+ * - `claimed`: the row is inserted in an open transaction (see {@link DurableClaimTransaction});
+ * - `existing`: a committed row holds the key (completed, another payload's, or a committed
+ *   `in_progress` row of a non-transactional route or of an older version), returned as it is
+ *   with the database's clock; nothing is left open;
+ * - `busy`: another transaction holds an uncommitted claim of the key for longer than the
+ *   store's lock timeout (its handler is still at work); nothing is left open.
+ *
+ * @publicApi
+ */
+export type TransactionalClaimResult =
+  | { kind: 'claimed'; transaction: DurableClaimTransaction }
+  | { kind: 'existing'; record: IdempotencyRecord; nowMs: number }
+  | { kind: 'busy' };
+
+/**
  * The durable tier: the authority that survives the loss of the fast tier (DESIGN "Durable
  * tier"). One row per scoped key with a unique constraint on it, the same states, owner token,
  * fencing counter, lease and expiry as the fast tier (`IdempotencyRecord`).
@@ -56,6 +109,40 @@ export abstract class DurableIdempotencyStore {
    * `fencingToken` of the new row is 1 (or, when it replaces an expired row, that row's + 1).
    */
   abstract claim(key: string, request: ClaimRequest): Promise<ClaimResult>;
+
+  /**
+   * OPTIONAL. The durable claim of a `transactional` route as the first statement of its
+   * business transaction: opens a transaction and inserts the `in_progress` row owned by
+   * `request.ownerToken` (insert-if-absent, as `claim`). A duplicate's insert waits for an
+   * uncommitted row of the key (mutual exclusion even when the fast tier lost the record), at
+   * most the store's lock timeout, and then answers `busy`; once that transaction commits it
+   * answers `existing` with the committed row, once it rolls back it inserts. An expired row is
+   * replaced in the transaction (fencing + 1), as `claim` does. Any other row: the transaction is
+   * rolled back and the row is returned (`existing`).
+   *
+   * The engine then runs the handler on `transaction.manager`, completes the row with
+   * `transaction.complete` and commits: one transaction, one commit, and no `extend` of the row
+   * (its lease is the open transaction itself).
+   *
+   * A store without it keeps working: the engine falls back to `claim` (committed) before the
+   * handler, then `transaction()` around it (one more commit, and a duplicate answers from the
+   * committed `in_progress` row instead of waiting).
+   *
+   * @example
+   * const claimed = await durableStore.claimInTransaction?.(key, { ownerToken, fingerprint, leaseMs: 30_000, ttlMs: 86_400_000 });
+   * if (claimed?.kind === 'claimed') {
+   *   const { transaction } = claimed;
+   *   try {
+   *     const undoWrites = await transaction.savepoint();
+   *     const response = await transaction.run(() => handler(transaction.manager)); // business writes
+   *     if (response.statusCode === 402) await undoWrites(); // a failure the policy stores
+   *     if (await transaction.complete(response)) await transaction.commit();
+   *   } finally {
+   *     await transaction.rollback(); // a no-op after commit; never leave it open
+   *   }
+   * }
+   */
+  claimInTransaction?(key: string, request: ClaimRequest): Promise<TransactionalClaimResult>;
 
   /**
    * Compare-and-set takeover: when the row is `in_progress`, owned by `expectedOwnerToken` and

@@ -3,6 +3,7 @@ import type { DurableIdempotencyStore } from '../stores/durable-idempotency-stor
 import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { claimedIn, completedIn } from './contract-fixtures.js';
 import { resolveRunner, type ContractTestRunner } from './contract-runner.js';
+import { describeClaimInTransaction } from './durable-store-contract/claim-in-transaction.cases.js';
 import { describeClaim, describeTakeOver } from './durable-store-contract/claim.cases.js';
 import {
   describeComplete,
@@ -78,6 +79,7 @@ export function describeDurableStoreContract(
     describeUnreadableRows(resolved, suite);
     describeDeleteExpired(resolved, suite);
     describeTransaction(resolved, suite);
+    describeClaimInTransaction(resolved, suite);
     describeRowLocks(
       resolved,
       () => h,

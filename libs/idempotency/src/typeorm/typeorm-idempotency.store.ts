@@ -6,7 +6,11 @@
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { DurableIdempotencyStore, type DurableTransaction } from '../stores/durable-idempotency-store.js';
+import {
+  DurableIdempotencyStore,
+  type DurableTransaction,
+  type TransactionalClaimResult,
+} from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
 import { checkDuration, checkForceDeleteScope, checkListArguments } from '../stores/store-arguments.js';
 import {
@@ -52,8 +56,10 @@ export interface TypeOrmIdempotencyStoreOptions {
   runExclusive?: <T>(work: () => Promise<T>) => Promise<T>;
   /**
    * PostgreSQL only: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
-   * waits for the row lock of a live `transaction()`. When the lock is still held after that,
-   * its owner is alive and working: the call returns `existing` with the row as last committed.
+   * waits for the row lock of a live `transaction()`, and `claimInTransaction` waits for another
+   * transaction's uncommitted claim of the key. When the lock is still held after that, its
+   * owner is alive and working: `takeOver` returns `existing` with the row as last committed,
+   * `claimInTransaction` returns `busy` (the engine answers `409` in progress).
    * @default 2000
    */
   lockTimeoutMs?: number;
@@ -81,7 +87,11 @@ const MAX_CLAIM_ATTEMPTS = 5;
  *   `INSERT ... ON CONFLICT ("key") DO NOTHING`; an expired row is replaced by an `UPDATE`
  *   guarded by `expires_at_ms <= now`, and the new claim's fencing token is the old one + 1, so
  *   a zombie of the expired record never holds the same token as the new owner.
- * - **Transactions** (`transaction()`): the row is locked (`SELECT ... FOR UPDATE` on
+ * - **Claims in a transaction** (`claimInTransaction()`, transactional routes): the claim's
+ *   INSERT is the first statement of the business transaction and is completed in it, one
+ *   COMMIT; a duplicate's INSERT waits for the uncommitted row at most `lockTimeoutMs`, then
+ *   answers `busy`. The row is never committed `in_progress`.
+ * - **Transactions** (`transaction()`, stores' fallback and routes claimed before): the row is locked (`SELECT ... FOR UPDATE` on
  *   PostgreSQL) and checked to be ours before `work` runs; the handler's writes and `complete`
  *   commit together. While the lock is held, `takeOver` waits at most `lockTimeoutMs` and then
  *   answers `existing`; `claim`, `get` and `deleteExpired` do not wait (they read the committed
@@ -140,6 +150,25 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     return this.db.operation('claim', (runner) => this.acquire(runner, key, request, undefined));
   }
 
+  /**
+   * The claim of a `transactional` route as its transaction's first statement (see
+   * `DurableIdempotencyStore.claimInTransaction`). PostgreSQL: `BEGIN`, then one INSERT that also
+   * sets `lock_timeout` to `lockTimeoutMs` for itself (a duplicate waits at most that long for the
+   * uncommitted row, then answers `busy`); `savepoint()` restores the application's
+   * `lock_timeout` and takes the savepoint in one round trip; `complete` is one UPDATE; one
+   * COMMIT. The store's statements go to the pg client directly; the handler gets the TypeORM
+   * `EntityManager` of the same transaction. sql.js: the transaction holds the store's exclusive
+   * section (and the one connection) until it commits or rolls back.
+   */
+  override async claimInTransaction(key: string, request: ClaimRequest): Promise<TransactionalClaimResult> {
+    checkKey(key);
+    checkRequest(request);
+    return this.db.claimInTransaction(key, request, (response) => {
+      checkStoredResponse(response);
+      return this.completionParams(key, request.ownerToken, response);
+    });
+  }
+
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
     checkKey(key);
     checkToken('expectedOwnerToken', expectedOwnerToken);
@@ -160,14 +189,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     checkStoredResponse(response);
-    const params = [
-      key,
-      ownerToken,
-      response.statusCode,
-      JSON.stringify(response.headers),
-      response.body === undefined ? null : response.body,
-      this.db.boolean(response.bodyOmitted === true),
-    ];
+    const params = this.completionParams(key, ownerToken, response);
     if (transaction === undefined) {
       return this.db.operation('complete', async (runner) =>
         changedOne(await this.db.run(runner, this.db.sql.complete, params)),
@@ -292,6 +314,18 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       }
       return deleted.length === 1;
     });
+  }
+
+  /** The parameters of the `complete` statement. */
+  private completionParams(key: string, ownerToken: string, response: StoredResponse): unknown[] {
+    return [
+      key,
+      ownerToken,
+      response.statusCode,
+      JSON.stringify(response.headers),
+      response.body === undefined ? null : response.body,
+      this.db.boolean(response.bodyOmitted === true),
+    ];
   }
 
   /** `claim`, or with `expectedOwnerToken` `takeOver`: each attempt re-reads what it lost to. */
