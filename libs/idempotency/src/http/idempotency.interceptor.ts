@@ -109,7 +109,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     switch (begun.kind) {
       case 'claimed':
-        return runClaimedRequest(context, next, begun.claim, route, echo, this.claimedRequestDeps);
+        try {
+          return runClaimedRequest(context, next, begun.claim, route, echo, this.claimedRequestDeps);
+        } catch (error) {
+          // Nothing ran: the claim, and on a transactional route its open transaction (a pooled
+          // connection), must not outlive the request.
+          await this.engine.abandon(begun.claim).catch(() => undefined);
+          throw error;
+        }
       case 'replay':
         return this.answer(context, begun.response, route, echo, true);
       case 'outcome-unknown':
