@@ -11,7 +11,7 @@ import { type LoadOptions, runLoad, sendOnce } from './load.js';
 import { commandCalls, medianBytesPerKey, redisCostBetween } from './redis-stats.js';
 import { formatSummary, type Measurements, type Sample, summarize } from './report.js';
 import { rotation, type ScenarioName, SCENARIOS } from './scenarios.js';
-import { type BenchServerProcess, startBenchServer } from './servers.js';
+import { type BenchServerProcess, startScenarioServer } from './servers.js';
 
 export interface BenchRunOptions {
   repoRoot: string;
@@ -56,13 +56,7 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     await prepareBenchSchema(TEST_DATABASE_URL, schema);
     await Promise.all(
       SCENARIOS.map(async (scenario) => {
-        const server = await startBenchServer(options.serverMainJs, {
-          kind: scenario.server,
-          databaseUrl: TEST_DATABASE_URL,
-          schema,
-          redisUrl: redis.url,
-          redisPrefix: scenario.redisPrefix,
-        });
+        const server = await startScenarioServer(options.serverMainJs, scenario, schema, redis.url);
         servers.set(scenario.name, server);
       }),
     );

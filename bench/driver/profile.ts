@@ -8,7 +8,7 @@ import { sleep } from '../../test/support/timing.js';
 import { prepareBenchSchema } from './database.js';
 import { runLoad, sendOnce } from './load.js';
 import { type ScenarioName, SCENARIOS } from './scenarios.js';
-import { startBenchServer } from './servers.js';
+import { startScenarioServer } from './servers.js';
 import type { ProfileKind } from '../app/main.js';
 
 export interface ProfileRunOptions {
@@ -69,13 +69,7 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
   try {
     await prepareBenchSchema(TEST_DATABASE_URL, schema);
     for (const scenario of scenarios) {
-      const server = await startBenchServer(options.serverMainJs, {
-        kind: scenario.server,
-        databaseUrl: TEST_DATABASE_URL,
-        schema,
-        redisUrl: redis.url,
-        redisPrefix: scenario.redisPrefix,
-      });
+      const server = await startScenarioServer(options.serverMainJs, scenario, schema, redis.url);
       try {
         const replayKey = `bench-replay-${randomUUID()}`;
         await sendOnce(server.url, scenario.keys === 'replay' ? replayKey : randomUUID());
@@ -148,16 +142,7 @@ export function summarizeProfile(profile: CpuProfile, requests: number, top: num
     byFunction.set(fn, (byFunction.get(fn) ?? 0) + micros);
   }
   const table = (title: string, rows: Map<string, number>) =>
-    [
-      title,
-      ...[...rows]
-        .sort((a, b) => b[1] - a[1])
-        .slice(0, top)
-        .map(
-          ([name, micros]) =>
-            `${(micros / requests).toFixed(1).padStart(7)} µs  ${((100 * micros) / work).toFixed(1).padStart(5)} %  ${name}`,
-        ),
-    ].join('\n');
+    ranked(title, rows, top, (micros) => `${(micros / requests).toFixed(1).padStart(7)} µs  ${percent(micros, work)}`);
   return [
     `profiled work: ${(work / requests).toFixed(0)} µs/req`,
     table('-- self time by package / library file', byOwner),
@@ -183,21 +168,31 @@ export function summarizeAllocations(profile: HeapProfile, requests: number, top
   };
   visit(profile.head);
   const table = (title: string, rows: Map<string, number>) =>
-    [
+    ranked(
       title,
-      ...[...rows]
-        .sort((a, b) => b[1] - a[1])
-        .slice(0, top)
-        .map(
-          ([name, bytes]) =>
-            `${Math.round(bytes / requests)
-              .toString()
-              .padStart(7)} B  ${((100 * bytes) / total).toFixed(1).padStart(5)} %  ${name}`,
-        ),
-    ].join('\n');
+      rows,
+      top,
+      (bytes) =>
+        `${Math.round(bytes / requests)
+          .toString()
+          .padStart(7)} B  ${percent(bytes, total)}`,
+    );
   return [
     `allocated: ${Math.round(total / requests)} bytes/req`,
     table('-- allocated by package / library file', byOwner),
     table('-- allocated by function', byFunction),
   ].join('\n');
+}
+
+/** `title`, then the `top` rows by value, largest first, each as `format(value)` and its name. */
+function ranked(title: string, rows: Map<string, number>, top: number, format: (value: number) => string): string {
+  const lines = [...rows]
+    .sort((a, b) => b[1] - a[1])
+    .slice(0, top)
+    .map(([name, value]) => `${format(value)}  ${name}`);
+  return [title, ...lines].join('\n');
+}
+
+function percent(part: number, whole: number): string {
+  return `${((100 * part) / whole).toFixed(1).padStart(5)} %`;
 }

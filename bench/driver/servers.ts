@@ -1,6 +1,8 @@
 import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import type { BenchServerConfig } from '../app/bench-server.js';
+import { TEST_DATABASE_URL } from '../../test/support/servers/postgres.js';
+import type { Scenario } from './scenarios.js';
 import type { BenchDriverMessage, BenchServerMessage, ProfileKind } from '../app/main.js';
 
 /** A bench server process (bench/app/main.ts), forked with an IPC channel. */
@@ -13,6 +15,22 @@ export interface BenchServerProcess {
   /** Runs `during` with the server's CPU or heap (allocation) profiler on, and writes the profile to `path`. */
   profile<T>(kind: ProfileKind, path: string, during: () => Promise<T>): Promise<T>;
   stop(): Promise<void>;
+}
+
+/** The server of `scenario` (its kind and Redis prefix), on the bench's database schema and Redis. */
+export function startScenarioServer(
+  mainJs: string,
+  scenario: Scenario,
+  schema: string,
+  redisUrl: string,
+): Promise<BenchServerProcess> {
+  return startBenchServer(mainJs, {
+    kind: scenario.server,
+    databaseUrl: TEST_DATABASE_URL,
+    schema,
+    redisUrl,
+    redisPrefix: scenario.redisPrefix,
+  });
 }
 
 /** Forks `mainJs` with the server's configuration and resolves once it listens. */
