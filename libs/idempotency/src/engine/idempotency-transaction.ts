@@ -90,7 +90,7 @@ export class IdempotencyTransaction {
           : { kind: 'sent' };
       }
       this.claims.drop(claim);
-      const retryAfterSeconds = Math.max(1, Math.ceil(policy.leaseMs / 1000));
+      const retryAfterSeconds = leaseSeconds(policy.leaseMs);
       if (error instanceof IdempotencyClaimLostError) {
         this.telemetry.lostLease(claim, 'transaction');
         return outcome

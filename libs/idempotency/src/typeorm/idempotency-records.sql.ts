@@ -93,6 +93,10 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
   const insertColumns =
     `INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms, ` +
     'lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted) ';
+  const insert =
+    insertColumns +
+    `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
+    `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`;
   const statements: Statements = {
     insertInTransaction: rowLocks
       ? insertColumns +
@@ -103,17 +107,11 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
         `'${lockTimeoutMs}ms' || left(set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true), 0), true) ` +
         'AS lock_timeout) AS idempotency_lock WHERE idempotency_lock.lock_timeout IS NOT NULL ' +
         `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`
-      : insertColumns +
-        `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
-        `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`,
+      : insert,
     restoreLockTimeout: rowLocks
       ? `SELECT set_config('lock_timeout', current_setting('${SAVED_LOCK_TIMEOUT}'), true)`
       : '',
-    insert:
-      `INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms, ` +
-      'lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted) ' +
-      `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
-      `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`,
+    insert,
     replaceExpired:
       `UPDATE ${table} SET state = '${IN_PROGRESS}', fingerprint = $2, owner_token = $3, ` +
       'fencing_token = fencing_token + 1, created_at_ms = {now}, lease_expires_at_ms = {now} + $4, expires_at_ms = {now} + $5, ' +
