@@ -6,6 +6,7 @@ import { NestFactory } from '@nestjs/core';
 import { IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startRedisServer } from '../../test/support/servers/redis-server.js';
+import { allocationsOf, type HeapProfile, ranked } from '../driver/profile-summary.js';
 
 /**
  * `npm run bench:engine [-- --ops N --rounds N --concurrency N]`: the engine and the Redis store
@@ -71,12 +72,6 @@ async function measure(ops: number, concurrency: number, call: (i: number) => Pr
   return { opsPerSecond: ops / seconds, cpuMicrosPerOp: (used.user + used.system) / ops };
 }
 
-interface HeapNode {
-  callFrame: { functionName: string; url: string; lineNumber: number };
-  selfSize: number;
-  children: HeapNode[];
-}
-
 /** Bytes allocated per call, and the functions that allocate most of them. */
 async function allocations(ops: number, concurrency: number, call: (i: number) => Promise<unknown>) {
   const session = new Session();
@@ -89,24 +84,9 @@ async function allocations(ops: number, concurrency: number, call: (i: number) =
   await drive(ops, concurrency, call);
   const { profile } = await session.post('HeapProfiler.stopSampling');
   session.disconnect();
-  let bytes = 0;
-  const byFunction = new Map<string, number>();
-  const visit = (node: HeapNode) => {
-    bytes += node.selfSize;
-    if (node.selfSize > 0) {
-      const { functionName, url, lineNumber } = node.callFrame;
-      const where = /(?:libs\/idempotency\/dist|node_modules)\/(.+)$/.exec(url)?.[1] ?? (url || '(native)');
-      const name = `${functionName || '(anonymous)'} ${where}:${lineNumber + 1}`;
-      byFunction.set(name, (byFunction.get(name) ?? 0) + node.selfSize);
-    }
-    node.children.forEach(visit);
-  };
-  visit(profile.head as HeapNode);
-  const top = [...byFunction]
-    .sort((a, b) => b[1] - a[1])
-    .slice(0, 8)
-    .map(([name, size]) => `      ${Math.round(size / ops)} B  ${name}`);
-  return { bytesPerOp: bytes / ops, top };
+  const { total, byFunction } = allocationsOf(profile as HeapProfile);
+  const top = ranked('', byFunction, 8, (bytes) => `     ${Math.round(bytes / ops)} B`).slice(1);
+  return { bytesPerOp: total / ops, top };
 }
 
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
@@ -144,7 +124,7 @@ export async function runEngineBench(argv: readonly string[]): Promise<void> {
       console.log(
         `  ${name.padEnd(6)} ${Math.round(median(rounds.map((r) => r.opsPerSecond)))} ops/s, ` +
           `${median(rounds.map((r) => r.cpuMicrosPerOp)).toFixed(1)} CPU µs/op, ` +
-          `${Math.round(allocated.bytesPerOp)} bytes allocated/op; most by:\n${allocated.top.join('\n')}`,
+          `${Math.round(allocated.bytesPerOp)} bytes allocated/op; most by:\n${allocated.top}`,
       );
     }
   } finally {
