@@ -50,13 +50,22 @@ export const apiDocsProvider: FactoryProvider<void> = {
 /** The RFC 9457 body of every problem the idempotency layer answers (docs/contract.md B.11). */
 const PROBLEM_SCHEMA = {
   type: 'object',
-  required: ['type', 'title', 'status'] as string[],
+  required: ['type', 'title', 'status', 'retryable'] as string[],
   properties: {
     type: { type: 'string', format: 'uri', description: 'One URI per problem kind (`problemTypeBaseUri` + slug).' },
     title: { type: 'string' },
     status: { type: 'integer' },
     detail: { type: 'string' },
     code: { type: 'string', description: 'Stable snake_case id, e.g. `idempotency_key_reused`.' },
+    retryable: {
+      type: 'boolean',
+      description:
+        'Whether the same request with the same key may be sent again: true for `409` in progress and `503`, false for every other problem.',
+    },
+    retryAfter: {
+      type: 'integer',
+      description: 'Seconds to wait before retrying, the same as the `Retry-After` header (retryable problems only).',
+    },
   },
 };
 

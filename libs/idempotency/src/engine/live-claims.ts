@@ -12,13 +12,19 @@ import type { BeginResult } from './idempotency-engine.types.js';
 import type { ScopedKey } from './scoped-key.js';
 
 export class LiveClaims {
-  private readonly liveClaims = new Set<IdempotencyClaim>();
+  /** Each live claim, with when this process was granted it (insertion order: oldest first). */
+  private readonly liveClaims = new Map<IdempotencyClaim, number>();
 
   constructor(
     private readonly store: IdempotencyStore,
     private readonly durable: () => DurableIdempotencyStore,
     private readonly telemetry: IdempotencyTelemetry,
-  ) {}
+  ) {
+    telemetry.watchHeldClaims(() => ({
+      count: this.liveClaims.size,
+      oldestSinceMs: this.liveClaims.values().next().value,
+    }));
+  }
 
   hold(
     scoped: ScopedKey,
@@ -29,7 +35,7 @@ export class LiveClaims {
   ): BeginResult {
     const claim = new IdempotencyClaim(scoped, record, policy, tookOver, transaction);
     claim.startHeartbeat(this.leaseRenewals(claim), () => this.telemetry.lostLease(claim, 'heartbeat'));
-    this.liveClaims.add(claim);
+    this.liveClaims.set(claim, Date.now());
     return { kind: 'claimed', claim };
   }
 
@@ -44,7 +50,7 @@ export class LiveClaims {
    * its connection goes back to the pool.
    */
   dropAll(): void {
-    for (const claim of this.liveClaims) {
+    for (const claim of this.liveClaims.keys()) {
       claim.stopHeartbeat();
       void claim
         .takeTransaction()

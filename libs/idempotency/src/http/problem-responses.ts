@@ -41,7 +41,11 @@ export function createProblemException(
   if (options.retryAfterSeconds !== undefined) headers['Retry-After'] = String(options.retryAfterSeconds);
   if (options.echo !== undefined) headers[IDEMPOTENCY_KEY_HEADER] = options.echo;
   return new IdempotencyProblemException(
-    buildProblem(kind, problemTypeBaseUri, { status: options.status, extensions: options.extensions }),
+    buildProblem(kind, problemTypeBaseUri, {
+      status: options.status,
+      retryAfterSeconds: options.retryAfterSeconds,
+      extensions: options.extensions,
+    }),
     headers,
   );
 }

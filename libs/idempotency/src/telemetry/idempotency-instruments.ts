@@ -1,4 +1,4 @@
-import type { Counter, Histogram, MeterProvider } from '@opentelemetry/api';
+import type { Counter, Histogram, MeterProvider, ObservableGauge } from '@opentelemetry/api';
 import {
   DURATION_BUCKETS_SECONDS,
   IDEMPOTENCY_INSTRUMENTATION_SCOPE,
@@ -20,6 +20,8 @@ export interface Instruments {
   storeDuration: Histogram;
   handlerDuration: Histogram;
   recordSize: Histogram;
+  activeClaims: ObservableGauge;
+  oldestClaimAge: ObservableGauge;
 }
 
 /** Creates the instruments on `provider`'s meter for the library's instrumentation scope. */
@@ -58,6 +60,14 @@ export function createInstruments(provider: MeterProvider): Instruments {
       description: 'Body size of stored records',
       unit: 'By',
       advice: { explicitBucketBoundaries: RECORD_SIZE_BUCKETS_BYTES },
+    }),
+    activeClaims: meter.createObservableGauge(names.activeClaims, {
+      description: 'Claims this process holds right now',
+      unit: '{claim}',
+    }),
+    oldestClaimAge: meter.createObservableGauge(names.oldestClaimAge, {
+      description: 'Age of the oldest claim this process holds (0 with none)',
+      unit: 's',
     }),
   };
 }

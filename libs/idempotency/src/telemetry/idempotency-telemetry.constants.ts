@@ -44,6 +44,10 @@ export const IDEMPOTENCY_METRICS = {
   handlerDuration: 'idempotency.handler.duration',
   /** Histogram, bytes: body size of stored records. Attributes: `operation`, `tier`, `outcome` (`stored` | `body_omitted`). */
   recordSize: 'idempotency.record.size',
+  /** Gauge: claims this process holds right now (handlers running under a claim). No attributes. */
+  activeClaims: 'idempotency.claims.active',
+  /** Gauge, seconds: how long the oldest claim this process holds has been held (0 with none): a stuck handler. */
+  oldestClaimAge: 'idempotency.claims.oldest_age',
 } as const;
 
 /**

@@ -29,11 +29,18 @@ import {
   IDEMPOTENCY_SPANS,
   INSTRUMENTATION_VERSION,
 } from './idempotency-telemetry.constants.js';
+import { publishDiagnostics, type IdempotencyDiagnosticsEvent } from './idempotency-diagnostics.js';
 import { createInstruments, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
 import { formatLogLine, type LogFieldValue } from './log-line.js';
 
 const UNKNOWN_OPERATION = 'unknown';
+
+/** The claims a process holds, for the gauges: how many, and since when the oldest one. */
+export interface HeldClaims {
+  count: number;
+  oldestSinceMs?: number;
+}
 
 /** Handed to phases while tracing is off: records nothing, like the API's own no-op spans. */
 const UNTRACED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
@@ -59,6 +66,16 @@ export class IdempotencyTelemetry {
   private readonly labels = new WeakMap<ScopedKey, TelemetryLabels>();
   private readonly lostClaims = new WeakSet<IdempotencyClaim>();
   private current?: { provider: MeterProvider; instruments: Instruments };
+  private heldClaims?: () => HeldClaims;
+
+  /**
+   * Where the claim gauges read from: the engine's live claims. Observed only when the SDK
+   * collects, so they cost nothing per request.
+   */
+  watchHeldClaims(source: () => HeldClaims): void {
+    this.heldClaims = source;
+    this.instruments();
+  }
 
   /** Wraps a store so that each call is timed, its failures counted, and traced as a child span. */
   instrumentStore<S extends object>(store: S, tier: StoreTier): S {
@@ -140,6 +157,15 @@ export class IdempotencyTelemetry {
       span.setAttribute(ATTR.outcome, result);
       if (result === 'released') {
         this.instruments().releases.add(1, { operation: this.labelsOf(claim.scoped).operation, tier: tierOf(claim) });
+        publishDiagnostics('release', () => ({
+          ...this.eventOf(claim.scoped, tierOf(claim)),
+          fencingToken: claim.fencingToken,
+        }));
+      } else if (result === 'stored') {
+        publishDiagnostics('complete', () => ({
+          ...this.eventOf(claim.scoped, tierOf(claim)),
+          fencingToken: claim.fencingToken,
+        }));
       }
       return result;
     });
@@ -160,6 +186,11 @@ export class IdempotencyTelemetry {
     this.lostClaims.add(claim);
     const { operation, tenant } = this.labelsOf(claim.scoped);
     this.instruments().lostLeases.add(1, { operation, phase });
+    publishDiagnostics('leaseLost', () => ({
+      ...this.eventOf(claim.scoped, tierOf(claim)),
+      fencingToken: claim.fencingToken,
+      phase,
+    }));
     this.logger.warn(
       formatLogLine('lost claim: another claim owns the record; this result is not stored', {
         event: 'lost_lease',
@@ -229,6 +260,11 @@ export class IdempotencyTelemetry {
       case 'claimed': {
         const { claim } = result;
         instruments.claims.add(1, { operation, tier, outcome: claim.tookOver ? 'takeover' : 'fresh' });
+        publishDiagnostics('claim', () => ({
+          ...this.eventOf(scoped, tier),
+          tookOver: claim.tookOver,
+          fencingToken: claim.fencingToken,
+        }));
         if (claim.tookOver)
           this.takeover(scoped, tier, 'taken_over', {
             fencing: claim.fencingToken,
@@ -239,6 +275,11 @@ export class IdempotencyTelemetry {
       case 'replay':
       case 'replay-unavailable':
         instruments.replays.add(1, { operation, outcome: result.kind === 'replay' ? 'replayed' : 'unavailable' });
+        publishDiagnostics('replay', () => ({
+          ...this.eventOf(scoped, tier),
+          statusCode: result.response.statusCode,
+          replayable: result.kind === 'replay',
+        }));
         this.activeTracer()
           ?.startSpan(IDEMPOTENCY_SPANS.replay, {
             attributes: {
@@ -250,11 +291,12 @@ export class IdempotencyTelemetry {
           .end();
         return;
       case 'mismatch':
-        instruments.conflicts.add(1, { operation, kind: 'mismatch' });
+      case 'in-progress': {
+        const kind = result.kind === 'mismatch' ? 'mismatch' : 'in_progress';
+        instruments.conflicts.add(1, { operation, kind });
+        publishDiagnostics('conflict', () => ({ ...this.eventOf(scoped, tier), kind }));
         return;
-      case 'in-progress':
-        instruments.conflicts.add(1, { operation, kind: 'in_progress' });
-        return;
+      }
       case 'outcome-unknown':
         this.takeover(scoped, tier, 'outcome_unknown', {});
         return;
@@ -269,6 +311,7 @@ export class IdempotencyTelemetry {
   ): void {
     const { operation, tenant } = this.labelsOf(scoped);
     this.instruments().takeovers.add(1, { operation, tier, outcome });
+    publishDiagnostics('takeover', () => ({ ...this.eventOf(scoped, tier), outcome }));
     const message = outcome === 'taken_over' ? 'takeover of a dead lease' : 'dead lease stored as outcome-unknown';
     this.logger.warn(
       formatLogLine(message, { event: 'takeover', keyHash: scoped.id, tenant, operation, outcome, tier, ...fields }),
@@ -320,6 +363,13 @@ export class IdempotencyTelemetry {
     return attributes;
   }
 
+  private eventOf(scoped: ScopedKey, tier: StoreTier): IdempotencyDiagnosticsEvent {
+    const { operation, tenant } = this.labelsOf(scoped);
+    return tenant === undefined
+      ? { keyHash: scoped.id, operation, tier }
+      : { keyHash: scoped.id, operation, tenant, tier };
+  }
+
   private labelsOf(scoped: ScopedKey): TelemetryLabels {
     return this.labels.get(scoped) ?? { operation: UNKNOWN_OPERATION };
   }
@@ -340,7 +390,18 @@ export class IdempotencyTelemetry {
   /** The instruments of the current global meter provider (re-created when the application registers one). */
   private instruments(): Instruments {
     const provider = metrics.getMeterProvider();
-    if (this.current?.provider !== provider) this.current = { provider, instruments: createInstruments(provider) };
+    if (this.current?.provider !== provider) {
+      const instruments = createInstruments(provider);
+      instruments.activeClaims.addCallback((result) => {
+        if (this.heldClaims) result.observe(this.heldClaims().count);
+      });
+      instruments.oldestClaimAge.addCallback((result) => {
+        if (!this.heldClaims) return;
+        const { oldestSinceMs } = this.heldClaims();
+        result.observe(oldestSinceMs === undefined ? 0 : (Date.now() - oldestSinceMs) / 1000);
+      });
+      this.current = { provider, instruments };
+    }
     return this.current.instruments;
   }
 }

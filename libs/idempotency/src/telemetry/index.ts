@@ -10,3 +10,8 @@ export {
   IDEMPOTENCY_SPANS,
   IDEMPOTENCY_SPAN_ATTRIBUTES,
 } from './idempotency-telemetry.constants.js';
+export {
+  IDEMPOTENCY_DIAGNOSTICS_CHANNELS,
+  type IdempotencyDiagnosticsEvent,
+  type IdempotencyDiagnosticsEvents,
+} from './idempotency-diagnostics.js';
