@@ -23,7 +23,11 @@ describe(`OpenAPI document on ${embeddedName}`, () => {
     );
     for (const status of ['400', '409', '422', '503']) {
       const schema = create.responses[status]?.content?.['application/problem+json']?.schema;
-      expect({ status, required: schema?.required }).toEqual({ status, required: ['type', 'title', 'status'] });
+      expect({ status, required: schema?.required }).toEqual({
+        status,
+        required: ['type', 'title', 'status', 'retryable'],
+      });
+      expect(schema?.properties?.retryable?.type).toBe('boolean');
     }
     expect(create.responses['422'].description).toMatch(/different request payload/);
     expect(create.responses['400'].description).toMatch(/missing or invalid/);

@@ -54,6 +54,11 @@ describe.each(combos)('HTTP contract on %s with the %s store', (platform, storeN
     });
     expect(typeof problem.title).toBe('string');
     expect(typeof problem.detail).toBe('string');
+    // B.11: every problem says whether the same request may be retried, and when.
+    const retryable = kind === 'idempotency-request-in-progress' || kind === 'idempotency-store-unavailable';
+    expect(problem.retryable).toBe(retryable);
+    const retryAfter = res.headers.get('retry-after');
+    expect(problem.retryAfter).toBe(retryAfter === null ? undefined : Number(retryAfter));
     return problem;
   };
 

@@ -1,15 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
-import {
-  INVALID_SPAN_CONTEXT,
-  metrics,
-  SpanStatusCode,
-  trace,
-  type Attributes,
-  type MeterProvider,
-  type Span,
-  type Tracer,
-  type TracerProvider,
-} from '@opentelemetry/api';
+import { metrics, type Attributes, type MeterProvider, type Span } from '@opentelemetry/api';
 import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import type {
   BeginRequest,
@@ -23,12 +13,8 @@ import type {
 import type { ScopedKey } from '../engine/scoped-key.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import {
-  IDEMPOTENCY_INSTRUMENTATION_SCOPE,
-  IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR,
-  IDEMPOTENCY_SPANS,
-  INSTRUMENTATION_VERSION,
-} from './idempotency-telemetry.constants.js';
+import { IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR, IDEMPOTENCY_SPANS } from './idempotency-telemetry.constants.js';
+import { activeTracer, finishSpan, settledCall, UNTRACED_SPAN } from './phase-spans.js';
 import { publishDiagnostics, type IdempotencyDiagnosticsEvent } from './idempotency-diagnostics.js';
 import { createInstruments, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
@@ -41,14 +27,6 @@ export interface HeldClaims {
   count: number;
   oldestSinceMs?: number;
 }
-
-/** Handed to phases while tracing is off: records nothing, like the API's own no-op spans. */
-const UNTRACED_SPAN: Span = trace.wrapSpanContext(INVALID_SPAN_CONTEXT);
-
-/** The API's global provider: a proxy that has a delegate tracer once an SDK is registered. */
-type GlobalTracerProvider = TracerProvider & {
-  getDelegateTracer?: (name: string, version?: string) => Tracer | undefined;
-};
 
 /**
  * The library's metrics, spans and structured logs, through `@opentelemetry/api` only: a no-op
@@ -111,7 +89,7 @@ export class IdempotencyTelemetry {
    * even where no request span exists (a queue worker). The span says how the run ended.
    */
   observeRun<T extends { status: string }>(request: RunRequest, run: () => Promise<T>): Promise<T> {
-    const tracer = this.activeTracer();
+    const tracer = activeTracer();
     if (!tracer) return run();
     const attributes: Attributes = { [ATTR.operation]: request.operation };
     if (request.tenant !== undefined) attributes[ATTR.tenant] = request.tenant;
@@ -260,16 +238,16 @@ export class IdempotencyTelemetry {
       case 'claimed': {
         const { claim } = result;
         instruments.claims.add(1, { operation, tier, outcome: claim.tookOver ? 'takeover' : 'fresh' });
-        publishDiagnostics('claim', () => ({
-          ...this.eventOf(scoped, tier),
-          tookOver: claim.tookOver,
-          fencingToken: claim.fencingToken,
-        }));
         if (claim.tookOver)
           this.takeover(scoped, tier, 'taken_over', {
             fencing: claim.fencingToken,
             transactional: claim.policy.transactional,
           });
+        publishDiagnostics('claim', () => ({
+          ...this.eventOf(scoped, tier),
+          tookOver: claim.tookOver,
+          fencingToken: claim.fencingToken,
+        }));
         return;
       }
       case 'replay':
@@ -280,7 +258,7 @@ export class IdempotencyTelemetry {
           statusCode: result.response.statusCode,
           replayable: result.kind === 'replay',
         }));
-        this.activeTracer()
+        activeTracer()
           ?.startSpan(IDEMPOTENCY_SPANS.replay, {
             attributes: {
               ...this.spanAttributes(scoped),
@@ -341,7 +319,7 @@ export class IdempotencyTelemetry {
           throw error;
         },
       );
-    const tracer = observation.traced ? this.activeTracer() : undefined;
+    const tracer = observation.traced ? activeTracer() : undefined;
     if (!tracer) return run();
     return tracer.startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
       finishSpan(span, run(span)),
@@ -349,7 +327,7 @@ export class IdempotencyTelemetry {
   }
 
   private inSpan<T>(name: string, scoped: ScopedKey, work: (span: Span) => Promise<T>): Promise<T> {
-    const tracer = this.activeTracer();
+    const tracer = activeTracer();
     if (!tracer) return work(UNTRACED_SPAN);
     return tracer.startActiveSpan(name, { attributes: this.spanAttributes(scoped) }, (span) =>
       finishSpan(span, work(span)),
@@ -374,19 +352,6 @@ export class IdempotencyTelemetry {
     return this.labels.get(scoped) ?? { operation: UNKNOWN_OPERATION };
   }
 
-  /**
-   * The tracer of the registered SDK, or undefined while none is registered: then phases run
-   * without spans or context switches, which would only create and discard no-op spans on the
-   * hot path. Looked up per call, so an SDK registered after startup is used at once.
-   */
-  private activeTracer(): Tracer | undefined {
-    const provider = trace.getTracerProvider() as GlobalTracerProvider;
-    // Not the API's proxy (another copy of the API registered it): always trace through it.
-    if (typeof provider.getDelegateTracer !== 'function')
-      return provider.getTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
-    return provider.getDelegateTracer(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
-  }
-
   /** The instruments of the current global meter provider (re-created when the application registers one). */
   private instruments(): Instruments {
     const provider = metrics.getMeterProvider();
@@ -408,26 +373,4 @@ export class IdempotencyTelemetry {
 
 function tierOf(claim: IdempotencyClaim): StoreTier {
   return claim.policy.durable ? 'durable' : 'fast';
-}
-
-/** `call()`, with a synchronous throw turned into a rejection. */
-function settledCall<T>(call: () => Promise<T>): Promise<T> {
-  try {
-    return call();
-  } catch (error) {
-    return Promise.reject(error);
-  }
-}
-
-/** Ends the span when `work` settles, with an error status and the exception when it rejects. */
-async function finishSpan<T>(span: Span, work: Promise<T>): Promise<T> {
-  try {
-    return await work;
-  } catch (error) {
-    span.recordException(error instanceof Error ? error : String(error));
-    span.setStatus({ code: SpanStatusCode.ERROR, message: error instanceof Error ? error.name : undefined });
-    throw error;
-  } finally {
-    span.end();
-  }
 }
