@@ -1,4 +1,5 @@
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { openSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
@@ -125,17 +126,18 @@ describe('dashboard and alert rules on a live Prometheus scraping the sample ser
         `--storage.tsdb.path=${join(dataDir, 'data')}`,
         `--web.listen-address=127.0.0.1:${port}`,
       ],
-      { stdio: 'ignore' },
+      { stdio: ['ignore', 'ignore', openSync(join(dataDir, 'prometheus.log'), 'w')] },
     );
-    await waitUntil(
-      () =>
-        fetch(`${prometheusUrl}/-/ready`).then(
-          (r) => r.ok,
-          () => false,
-        ),
-      30_000,
-      'Prometheus is ready',
-    );
+    const ready = () =>
+      fetch(`${prometheusUrl}/-/ready`).then(
+        (r) => r.ok,
+        () => false,
+      );
+    await waitUntil(ready, 30_000, 'Prometheus is ready').catch(async (error: Error) => {
+      throw new Error(`${error.message}\n${await readFile(join(dataDir, 'prometheus.log'), 'utf8')}`);
+    });
+    // Targets reach the scrape loop a few seconds after start: the load begins once one scrape is in.
+    await waitUntil(async () => (await query('up == 1')).length > 0, 30_000, 'Prometheus has scraped the sample');
   }, 120_000);
 
   afterAll(async () => {
@@ -192,7 +194,16 @@ describe('dashboard and alert rules on a live Prometheus scraping the sample ser
 
     // The sample's Redis goes away: fail-closed 503s and store errors; then it comes back.
     await redis.stop();
-    for (let i = 0; i < 3; i++) expect((await post(randomUUID(), orderBody())).status).toBe(503);
+    for (let i = 0; i < 3; i++) {
+      const refused = await post(randomUUID(), orderBody());
+      expect(refused.status).toBe(503);
+      // B.11: the body says to retry, and when, as the header does.
+      expect(await refused.json()).toMatchObject({
+        code: 'idempotency_store_unavailable',
+        retryable: true,
+        retryAfter: Number(refused.headers.get('retry-after')),
+      });
+    }
     redis = await startRedisServer({ port: redis.port });
     await waitUntil(
       async () => (await post(randomUUID(), orderBody())).status === 201,
@@ -205,8 +216,10 @@ describe('dashboard and alert rules on a live Prometheus scraping the sample ser
     const call = (path: string, key: string, body: object = {}) =>
       send(companion.url, path, { key, body, headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' } });
     const zombieKey = randomUUID();
+    const claimed = () => companion.probe.contexts.length;
+    const before = claimed();
     const zombie = call('/short-lease', zombieKey, { gate: zombieKey });
-    await sleep(100);
+    await waitUntil(async () => claimed() > before, 10_000, 'the first request holds its claim');
     companion.heartbeats.freeze();
     await sleep(500);
     expect((await call('/short-lease', zombieKey, { gate: zombieKey })).json()).toMatchObject({ tookOver: true });
@@ -219,8 +232,9 @@ describe('dashboard and alert rules on a live Prometheus scraping the sample ser
     expect((await call('/big', bigKey)).status).toBe(409);
     // Its Redis goes away while a handler runs: the completion fails; a fail-open route runs unprotected.
     const strandedKey = randomUUID();
+    const beforeStranded = claimed();
     const stranded = call('/short-lease', strandedKey, { gate: strandedKey });
-    await sleep(100);
+    await waitUntil(async () => claimed() > beforeStranded, 10_000, 'the handler holds its claim');
     await companionRedis.stop();
     companion.probe.open(strandedKey);
     expect((await stranded).status).toBe(201); // the handler succeeded: a failed completion never turns it into an error
@@ -248,6 +262,12 @@ describe('dashboard and alert rules on a live Prometheus scraping the sample ser
       if ((await query(queryPartOf(expr))).length === 0) empty.push(`alert ${alert}: ${queryPartOf(expr)}`);
     }
     expect(empty).toEqual([]);
+
+    // The claim gauges saw the order held on the lock (2.5 s of scrapes at 1 s).
+    const highest = async (expr: string) =>
+      Math.max(...((await query(expr)) as { value: [number, string] }[]).map((r) => Number(r.value[1])));
+    expect(await highest('max_over_time(idempotency_claims_active[5m])')).toBeGreaterThanOrEqual(1);
+    expect(await highest('max_over_time(idempotency_claims_oldest_age[5m])')).toBeGreaterThanOrEqual(1);
 
     // The dashboard's operation variable lists both the sample's and the fixture's operations.
     const variable = dashboard.templating.list.find((v) => v.name === 'operation')!;

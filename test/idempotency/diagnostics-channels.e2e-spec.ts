@@ -1,10 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { IDEMPOTENCY_DIAGNOSTICS_CHANNELS } from 'nestjs-idempotency/telemetry';
+import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { startContractApp, type ContractApp } from '../support/apps/contract.app.js';
+import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 import { send, type SendOptions } from '../support/http/send.js';
-import { sleep } from '../support/timing.js';
+import { sleep, waitUntil } from '../support/timing.js';
 
 type ChannelKey = keyof typeof IDEMPOTENCY_DIAGNOSTICS_CHANNELS;
 interface Seen {
@@ -26,6 +31,12 @@ describe('diagnostics_channel events', () => {
   });
   const call = (path: string, options: SendOptions = {}) =>
     send(fixture.url, path, { ...options, headers: { 'X-Tenant-ID': 't1', 'X-User-ID': 'u1' } });
+  /** Waits until a /short-lease request has reached its handler (it records its context there). */
+  const holdsClaim = async (pending: Promise<unknown>) => {
+    const before = fixture.probe.contexts.length;
+    void pending;
+    await waitUntil(async () => fixture.probe.contexts.length > before, 10_000, 'the request holds its claim');
+  };
   /** The events of one key (by its hash, taken from its claim), in order. */
   const eventsOf = (keyHash: unknown) => seen.filter((s) => s.event.keyHash === keyHash);
 
@@ -80,7 +91,9 @@ describe('diagnostics_channel events', () => {
     const big = randomUUID();
     await call('/big', { key: big, body: {} });
     expect((await call('/big', { key: big, body: {} })).status).toBe(409);
-    expect(seen.filter((s) => s.channel === 'release')).toHaveLength(1);
+    expect(seen.filter((s) => s.channel === 'release').map((s) => s.event)).toEqual([
+      { keyHash: expect.any(String), operation: 'POST /status/:status', tenant: 't1', tier: 'fast', fencingToken: 1 },
+    ]);
     expect(seen.filter((s) => s.channel === 'replay').map((s) => s.event)).toEqual([
       expect.objectContaining({ replayable: false, statusCode: 201 }),
     ]);
@@ -90,7 +103,7 @@ describe('diagnostics_channel events', () => {
     const key = randomUUID();
     const gate = `g-${key}`;
     const zombie = call('/short-lease', { key, body: { gate } });
-    await sleep(100);
+    await holdsClaim(zombie);
     fixture.heartbeats.freeze();
     await sleep(500);
     const winner = await call('/short-lease', { key, body: { gate } });
@@ -110,7 +123,47 @@ describe('diagnostics_channel events', () => {
     });
     expect(eventsOf(keyHash).find((s) => s.channel === 'leaseLost')!.event).toMatchObject({
       fencingToken: 1,
-      phase: expect.any(String),
+      phase: expect.stringMatching(/^(heartbeat|complete)$/),
     });
+  });
+
+  it("under staleLock 'fail', a dead lease publishes a takeover with outcome_unknown and no claim", async () => {
+    const key = randomUUID();
+    const gate = `g-${key}`;
+    const zombie = call('/stale-fail', { key, body: { gate } });
+    await sleep(100);
+    fixture.heartbeats.freeze();
+    await sleep(500);
+    expect((await call('/stale-fail', { key, body: { gate } })).status).toBe(500);
+    fixture.heartbeats.thaw();
+    fixture.probe.open(gate);
+    await zombie;
+    const takeovers = seen.filter((s) => s.channel === 'takeover');
+    expect(takeovers.map((s) => s.event.outcome)).toEqual(['outcome_unknown']);
+    expect(eventsOf(takeovers[0].event.keyHash).filter((s) => s.channel === 'claim')).toHaveLength(1);
+  });
+
+  it('a transactional route (the sample on its embedded defaults) publishes claim and complete on the durable tier', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'diagnostics-'));
+    const orders = await createOrdersApp({ env: { DATA_DIR: dir }, logger: false });
+    try {
+      await orders.listen(0, '127.0.0.1');
+      const url = (await orders.getUrl()).replace('[::1]', '127.0.0.1');
+      const res = await send(url, '/orders', {
+        key: randomUUID(),
+        body: orderBody(),
+        headers: { 'X-Tenant-ID': newTenant() },
+      });
+      expect(res.status).toBe(201);
+      // (The order's notification, a consumer of the same engine, publishes events of its own.)
+      const order = seen.filter((s) => s.event.operation === 'orders.create');
+      expect(order.map((s) => [s.channel, s.event.operation, s.event.tier])).toEqual([
+        ['claim', 'orders.create', 'durable'],
+        ['complete', 'orders.create', 'durable'],
+      ]);
+    } finally {
+      await orders.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });

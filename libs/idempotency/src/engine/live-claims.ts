@@ -14,13 +14,14 @@ import type { ScopedKey } from './scoped-key.js';
 export class LiveClaims {
   /** Each live claim, with when this process was granted it (insertion order: oldest first). */
   private readonly liveClaims = new Map<IdempotencyClaim, number>();
+  private readonly unwatch: () => void;
 
   constructor(
     private readonly store: IdempotencyStore,
     private readonly durable: () => DurableIdempotencyStore,
     private readonly telemetry: IdempotencyTelemetry,
   ) {
-    telemetry.watchHeldClaims(() => ({
+    this.unwatch = telemetry.watchHeldClaims(() => ({
       count: this.liveClaims.size,
       oldestSinceMs: this.liveClaims.values().next().value,
     }));
@@ -58,6 +59,7 @@ export class LiveClaims {
         .catch(() => undefined);
     }
     this.liveClaims.clear();
+    this.unwatch();
   }
 
   /**

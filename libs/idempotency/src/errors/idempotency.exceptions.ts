@@ -133,9 +133,9 @@ export function buildProblem(
     title: def.title,
     status: overrides.status ?? def.status,
     detail: def.detail,
+    ...overrides.extensions,
     code: kind.replaceAll('-', '_'),
     retryable: def.retryable,
-    ...overrides.extensions,
   };
   if (overrides.retryAfterSeconds !== undefined) problem.retryAfter = overrides.retryAfterSeconds;
   return problem;

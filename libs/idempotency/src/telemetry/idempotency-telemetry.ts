@@ -1,4 +1,4 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { metrics, type Attributes, type MeterProvider, type Span } from '@opentelemetry/api';
 import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import type {
@@ -15,18 +15,13 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import { IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR, IDEMPOTENCY_SPANS } from './idempotency-telemetry.constants.js';
 import { activeTracer, finishSpan, settledCall, UNTRACED_SPAN } from './phase-spans.js';
+import { addHeldClaimsSource, observeHeldClaims, type HeldClaims } from './held-claims-gauges.js';
 import { publishDiagnostics, type IdempotencyDiagnosticsEvent } from './idempotency-diagnostics.js';
 import { createInstruments, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
 import { formatLogLine, type LogFieldValue } from './log-line.js';
 
 const UNKNOWN_OPERATION = 'unknown';
-
-/** The claims a process holds, for the gauges: how many, and since when the oldest one. */
-export interface HeldClaims {
-  count: number;
-  oldestSinceMs?: number;
-}
 
 /**
  * The library's metrics, spans and structured logs, through `@opentelemetry/api` only: a no-op
@@ -39,19 +34,22 @@ export interface HeldClaims {
  * @publicApi
  */
 @Injectable()
-export class IdempotencyTelemetry {
+export class IdempotencyTelemetry implements OnApplicationBootstrap {
   private readonly logger = new Logger('Idempotency');
   private readonly labels = new WeakMap<ScopedKey, TelemetryLabels>();
   private readonly lostClaims = new WeakSet<IdempotencyClaim>();
   private current?: { provider: MeterProvider; instruments: Instruments };
-  private heldClaims?: () => HeldClaims;
 
   /**
-   * Where the claim gauges read from: the engine's live claims. Observed only when the SDK
-   * collects, so they cost nothing per request.
+   * Adds an engine's live claims to the process's claim gauges, observed only when the SDK
+   * collects (nothing per request); the returned function takes them out at shutdown.
    */
-  watchHeldClaims(source: () => HeldClaims): void {
-    this.heldClaims = source;
+  watchHeldClaims(source: () => HeldClaims): () => void {
+    return addHeldClaimsSource(source);
+  }
+
+  /** The SDK is registered by now (an app's `onModuleInit`): the gauges exist before any request. */
+  onApplicationBootstrap(): void {
     this.instruments();
   }
 
@@ -139,23 +137,25 @@ export class IdempotencyTelemetry {
           ...this.eventOf(claim.scoped, tierOf(claim)),
           fencingToken: claim.fencingToken,
         }));
-      } else if (result === 'stored') {
-        publishDiagnostics('complete', () => ({
-          ...this.eventOf(claim.scoped, tierOf(claim)),
-          fencingToken: claim.fencingToken,
-        }));
       }
       return result;
     });
   }
 
-  /** A record was stored (completed) by the authoritative tier: its body size is recorded. */
+  /**
+   * A record was stored (completed) by the authoritative tier, on every path (fast, durable,
+   * transactional): its body size is recorded and the `complete` event published.
+   */
   recordStored(claim: IdempotencyClaim, stored: StoredResponse): void {
     this.instruments().recordSize.record(stored.body?.length ?? 0, {
       operation: this.labelsOf(claim.scoped).operation,
       tier: tierOf(claim),
       outcome: stored.bodyOmitted ? 'body_omitted' : 'stored',
     });
+    publishDiagnostics('complete', () => ({
+      ...this.eventOf(claim.scoped, tierOf(claim)),
+      fencingToken: claim.fencingToken,
+    }));
   }
 
   /** A claim was fenced out (`phase`: where it found out). Counted and logged once per claim. */
@@ -357,14 +357,7 @@ export class IdempotencyTelemetry {
     const provider = metrics.getMeterProvider();
     if (this.current?.provider !== provider) {
       const instruments = createInstruments(provider);
-      instruments.activeClaims.addCallback((result) => {
-        if (this.heldClaims) result.observe(this.heldClaims().count);
-      });
-      instruments.oldestClaimAge.addCallback((result) => {
-        if (!this.heldClaims) return;
-        const { oldestSinceMs } = this.heldClaims();
-        result.observe(oldestSinceMs === undefined ? 0 : (Date.now() - oldestSinceMs) / 1000);
-      });
+      observeHeldClaims(provider, instruments);
       this.current = { provider, instruments };
     }
     return this.current.instruments;
