@@ -26,7 +26,9 @@ describe('loadOrdersConfig (the ConfigModule of the service)', () => {
     const { moduleRef, config, service } = await compile({ PORT: '8081', ADMIN_TOKEN: token, QUEUE_PREFIX: 'q1' });
     expect(service.get('http', { infer: true })).toEqual({ port: 8081, host: '0.0.0.0' });
     expect(service.get('queue.prefix', { infer: true })).toBe('q1');
-    expect(moduleRef.get(getConfigToken('queue'))).toEqual(config.queue);
+    for (const namespace of Object.keys(config) as (keyof OrdersConfig)[]) {
+      expect(moduleRef.get(getConfigToken(namespace))).toEqual(config[namespace]);
+    }
     expect(moduleRef.get(AdminReader).admin).toEqual({ token });
     await moduleRef.close();
   });
