@@ -3,8 +3,7 @@ import { APP_FILTER } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import request from 'supertest';
 import { ProblemDetailsFilter } from '../../apps/orders/src/common/problem-details/problem-details.filter.js';
-import { OrdersConfigModule } from '../../apps/orders/src/config/orders-config.module.js';
-import { parseOrdersConfig } from '../../apps/orders/src/config/orders.config.js';
+import { loadOrdersConfig } from '../../apps/orders/src/config/orders-config.module.js';
 
 /**
  * The seam with the idempotency library: it throws HttpExceptions whose response already is a
@@ -44,9 +43,10 @@ describe('problem details filter (seam with the idempotency library)', () => {
   let http: ReturnType<typeof request>;
 
   beforeAll(async () => {
-    const config = parseOrdersConfig({ PROBLEM_TYPE_BASE_URI: 'https://errors.example.com/p/' });
+    // The service's ConfigModule, built from these variables only (process.env is not read).
+    const { module: configModule } = await loadOrdersConfig({ PROBLEM_TYPE_BASE_URI: 'https://errors.example.com/p/' });
     const moduleRef = await Test.createTestingModule({
-      imports: [OrdersConfigModule.forRoot(config)],
+      imports: [configModule],
       controllers: [LibraryLikeController],
       providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }],
     }).compile();

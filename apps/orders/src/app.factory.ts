@@ -3,7 +3,9 @@ import { NestFactory } from '@nestjs/core';
 import { IDEMPOTENCY_CORS } from 'nestjs-idempotency';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
-import { describeBackends, logLevelsFrom, type OrdersConfig, parseOrdersConfig } from './config/orders.config.js';
+import { loadOrdersConfig } from './config/orders-config.module.js';
+import { describeBackends, logLevelsFrom } from './config/orders.config.js';
+import type { EnvironmentVariables } from './config/orders.environment.js';
 import { orderEventsRmqTransport } from './events/order-events.rabbitmq.js';
 import { serveOpenApi } from './openapi.js';
 
@@ -11,10 +13,8 @@ import { serveOpenApi } from './openapi.js';
 export const CORS_EXPOSED_HEADERS = [...new Set(['Location', ...IDEMPOTENCY_CORS.exposedHeaders])];
 
 export interface CreateOrdersAppOptions {
-  /** A ready configuration; by default it is parsed from `env`. */
-  config?: OrdersConfig;
-  /** @default process.env */
-  env?: NodeJS.ProcessEnv;
+  /** The variables to read instead of `process.env` (which is then neither read nor changed). */
+  env?: EnvironmentVariables;
   /** A logger to use instead of Nest's console logger at the configured level (`false`: silent). */
   logger?: LoggerService | false;
 }
@@ -25,11 +25,12 @@ export interface CreateOrdersAppOptions {
  * Throws `OrdersConfigError` on bad configuration.
  */
 export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Promise<NestExpressApplication> {
-  const config = options.config ?? parseOrdersConfig(options.env ?? process.env);
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(config), {
+  const loaded = await loadOrdersConfig(options.env);
+  const { config } = loaded;
+  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(loaded), {
     // The idempotency layer fingerprints the request's exact bytes.
     rawBody: true,
-    logger: options.logger ?? logLevelsFrom(config.logLevel),
+    logger: options.logger ?? logLevelsFrom(config.log.level),
     // Throw instead of exiting, so callers (and tests) see the error.
     abortOnError: false,
   });
@@ -41,9 +42,10 @@ export async function createOrdersApp(options: CreateOrdersAppOptions = {}): Pro
   app.enableCors({ exposedHeaders: CORS_EXPOSED_HEADERS });
   serveOpenApi(app);
   new Logger('OrdersApp').log(describeBackends(config));
-  if (config.rabbitmq && config.queue.worker) {
+  const { rabbitmq, worker } = config.queue;
+  if (rabbitmq && worker) {
     // Consumes order.created from RabbitMQ in this process (QUEUE_WORKER=false leaves it to workers).
-    app.connectMicroservice(orderEventsRmqTransport(config.rabbitmq), { inheritAppConfig: true });
+    app.connectMicroservice(orderEventsRmqTransport(rabbitmq), { inheritAppConfig: true });
     await app.startAllMicroservices();
   }
   return app;

@@ -4,8 +4,7 @@ import { AdminModule } from './admin/admin.module.js';
 import { ProblemDetailsFilter } from './common/problem-details/problem-details.filter.js';
 import { TenantGuard } from './common/tenant/tenant.guard.js';
 import { OrdersValidationPipe } from './common/validation/validation.pipe.js';
-import { OrdersConfigModule } from './config/orders-config.module.js';
-import type { OrdersConfig } from './config/orders.config.js';
+import type { LoadedOrdersConfig } from './config/orders-config.module.js';
 import { DatabaseModule } from './database/database.module.js';
 import { HealthModule } from './health/health.module.js';
 import { MetricsModule } from './metrics/metrics.module.js';
@@ -16,17 +15,17 @@ import { RedisModule } from './redis/redis.module.js';
 import { WebhooksModule } from './webhooks/webhooks.module.js';
 
 /**
- * The orders service. Which backends it uses is decided once, in the config
- * (`parseOrdersConfig`): PostgreSQL or embedded sql.js, Redis or nothing.
+ * The orders service, on the global `ConfigModule` that `loadOrdersConfig` built. Which backends
+ * it uses is decided once, in that configuration: PostgreSQL or embedded sql.js, Redis or nothing.
  * The idempotency layer (`OrdersIdempotencyModule`) uses the same Redis client.
  */
 @Module({})
 export class AppModule {
-  static forRoot(config: OrdersConfig): DynamicModule {
+  static forRoot({ module: configModule, config }: LoadedOrdersConfig): DynamicModule {
     return {
       module: AppModule,
       imports: [
-        OrdersConfigModule.forRoot(config),
+        configModule,
         DatabaseModule,
         RedisModule.forRoot(config.fastStore),
         OrdersIdempotencyModule,
@@ -36,7 +35,7 @@ export class AppModule {
         OrdersModule,
         WebhooksModule,
         // Opt-in: without ADMIN_TOKEN the admin routes do not exist (404).
-        ...(config.adminToken !== undefined ? [AdminModule] : []),
+        ...(config.admin.token !== undefined ? [AdminModule] : []),
       ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemDetailsFilter },

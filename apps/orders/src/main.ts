@@ -1,12 +1,14 @@
 import type { AddressInfo } from 'node:net';
 import { Logger } from '@nestjs/common';
+import { ConfigService } from '@nestjs/config';
 import { createOrdersApp } from './app.factory.js';
-import { OrdersConfigError, parseOrdersConfig } from './config/orders.config.js';
+import type { OrdersConfig } from './config/orders.config.js';
+import { OrdersConfigError } from './config/orders.environment.js';
 
 async function bootstrap(): Promise<void> {
-  let config;
+  let app;
   try {
-    config = parseOrdersConfig(process.env);
+    app = await createOrdersApp();
   } catch (error) {
     if (error instanceof OrdersConfigError) {
       console.error(error.message);
@@ -14,12 +16,12 @@ async function bootstrap(): Promise<void> {
     }
     throw error;
   }
-  const app = await createOrdersApp({ config });
   // SIGTERM / SIGINT close the HTTP server, the database and Redis, then exit 0 (1 if closing failed).
   app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
-  await app.listen(config.port, config.host);
-  const { port } = app.getHttpServer().address() as AddressInfo;
-  new Logger('OrdersApp').log(`Orders service listening on http://${config.host}:${port}`);
+  const { host, port } = app.get<ConfigService<OrdersConfig, true>>(ConfigService).get('http', { infer: true });
+  await app.listen(port, host);
+  const { port: listening } = app.getHttpServer().address() as AddressInfo;
+  new Logger('OrdersApp').log(`Orders service listening on http://${host}:${listening}`);
 }
 
 bootstrap().catch((error: unknown) => {

@@ -1,7 +1,10 @@
 import { Logger } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { AppModule } from './app.module.js';
-import { logLevelsFrom, OrdersConfigError, parseOrdersConfig, redactUrl } from './config/orders.config.js';
+import { redactUrl } from './config/redact-url.js';
+import { loadOrdersConfig } from './config/orders-config.module.js';
+import { logLevelsFrom } from './config/orders.config.js';
+import { OrdersConfigError } from './config/orders.environment.js';
 import { orderEventsRmqTransport } from './events/order-events.rabbitmq.js';
 
 /**
@@ -11,9 +14,10 @@ import { orderEventsRmqTransport } from './events/order-events.rabbitmq.js';
  * (BullMQ): without either there is no queue, and the API process handles events in-process.
  */
 async function bootstrap(): Promise<void> {
-  let config;
+  let loaded;
   try {
-    config = parseOrdersConfig(process.env);
+    // A worker consumes the queue whatever QUEUE_WORKER says.
+    loaded = await loadOrdersConfig({ ...process.env, QUEUE_WORKER: 'true' });
   } catch (error) {
     if (error instanceof OrdersConfigError) {
       console.error(error.message);
@@ -21,12 +25,12 @@ async function bootstrap(): Promise<void> {
     }
     throw error;
   }
-  const workerConfig = { ...config, queue: { ...config.queue, worker: true } };
-  if (config.rabbitmq) {
-    const { rabbitmq } = config;
-    const app = await NestFactory.createMicroservice(AppModule.forRoot(workerConfig), {
+  const { config } = loaded;
+  const { rabbitmq } = config.queue;
+  if (rabbitmq) {
+    const app = await NestFactory.createMicroservice(AppModule.forRoot(loaded), {
       ...orderEventsRmqTransport(rabbitmq),
-      logger: logLevelsFrom(config.logLevel),
+      logger: logLevelsFrom(config.log.level),
       abortOnError: false,
     });
     app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
@@ -42,8 +46,8 @@ async function bootstrap(): Promise<void> {
     );
     process.exit(1);
   }
-  const app = await NestFactory.createApplicationContext(AppModule.forRoot(workerConfig), {
-    logger: logLevelsFrom(config.logLevel),
+  const app = await NestFactory.createApplicationContext(AppModule.forRoot(loaded), {
+    logger: logLevelsFrom(config.log.level),
     abortOnError: false,
   });
   // SIGTERM / SIGINT: the worker finishes its active jobs, closes its connections, exits 0.

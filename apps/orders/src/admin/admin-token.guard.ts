@@ -1,5 +1,5 @@
-import { type CanActivate, type ExecutionContext, Inject, Injectable } from '@nestjs/common';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { type CanActivate, type ExecutionContext, Injectable } from '@nestjs/common';
+import { InjectOrdersConfig, type OrdersConfig } from '../config/orders.config.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { isAdminBearer } from './admin-token.js';
 
@@ -18,10 +18,10 @@ interface ChallengeSink {
  */
 @Injectable()
 export class AdminTokenGuard implements CanActivate {
-  constructor(@Inject(ORDERS_CONFIG) private readonly config: OrdersConfig) {}
+  constructor(@InjectOrdersConfig('admin') private readonly admin: OrdersConfig['admin']) {}
 
   canActivate(context: ExecutionContext): boolean {
-    const token = this.config.adminToken;
+    const { token } = this.admin;
     const http = context.switchToHttp();
     if (token !== undefined && isAdminBearer(http.getRequest<AdminRequest>().headers.authorization, token)) {
       return true;

@@ -1,15 +1,13 @@
-import {
-  DEFAULT_PROBLEM_TYPE_BASE_URI,
-  describeBackends,
-  logLevelsFrom,
-  OrdersConfigError,
-  parseOrdersConfig,
-  redactUrl,
-} from './orders.config.js';
+import { describeBackends, logLevelsFrom, validateOrdersEnvironment } from './orders.config.js';
+import { type EnvironmentVariables, OrdersConfigError } from './orders.environment.js';
+import { redactUrl } from './redact-url.js';
 
-const problemsOf = (env: NodeJS.ProcessEnv): string[] => {
+/** The `validate` step of the service's ConfigModule, with the working directory fixed. */
+const parseOrdersConfig = (env: EnvironmentVariables, cwd = '/srv/app') => validateOrdersEnvironment(env, cwd);
+
+const problemsOf = (env: EnvironmentVariables): string[] => {
   try {
-    parseOrdersConfig(env, '/srv/app');
+    parseOrdersConfig(env);
   } catch (error) {
     if (error instanceof OrdersConfigError) {
       return error.problems;
@@ -19,35 +17,29 @@ const problemsOf = (env: NodeJS.ProcessEnv): string[] => {
   throw new Error('expected an OrdersConfigError');
 };
 
-describe('parseOrdersConfig', () => {
+describe('validateOrdersEnvironment (the class-validator schema and its namespaces)', () => {
   it('runs on embedded defaults with an empty environment', () => {
-    expect(parseOrdersConfig({}, '/srv/app')).toEqual({
-      port: 3000,
-      host: '0.0.0.0',
+    expect(parseOrdersConfig({})).toEqual({
+      http: { port: 3000, host: '0.0.0.0' },
+      log: { level: 'log' },
       database: { kind: 'embedded', file: '/srv/app/.data/orders.sqlite' },
       fastStore: { kind: 'memory' },
-      webhookSecret: undefined,
-      queue: { worker: true, prefix: 'bull', lockMs: 30_000, stalledIntervalMs: 30_000 },
-      outboxPollMs: 5_000,
-      outboxRetentionMs: 86_400_000,
-      outboxCleanupIntervalMs: 60_000,
-      rabbitmq: undefined,
-      logLevel: 'log',
-      problemTypeBaseUri: DEFAULT_PROBLEM_TYPE_BASE_URI,
-      idempotencyLeaseMs: 30_000,
-      idempotencyEncryption: undefined,
-      adminToken: undefined,
+      queue: { worker: true, prefix: 'bull', lockMs: 30_000, stalledIntervalMs: 30_000, rabbitmq: undefined },
+      outbox: { pollMs: 5_000, retentionMs: 86_400_000, cleanupIntervalMs: 60_000 },
+      webhooks: { secret: undefined },
+      admin: { token: undefined },
+      idempotency: { leaseMs: 30_000, encryption: undefined },
+      problems: { typeBaseUri: 'https://api.example.com/problems/' },
     });
   });
 
   it('reads IDEMPOTENCY_ENCRYPTION_KEYS (first key active) and refuses bad entries without quoting key material', () => {
     const k1 = Buffer.alloc(32, 1);
     const k2 = Buffer.alloc(32, 2);
-    const config = parseOrdersConfig(
-      { IDEMPOTENCY_ENCRYPTION_KEYS: `2026-11:${k1.toString('base64')}, 2026-10:${k2.toString('base64')}` },
-      '/srv/app',
-    );
-    expect(config.idempotencyEncryption).toEqual({
+    const config = parseOrdersConfig({
+      IDEMPOTENCY_ENCRYPTION_KEYS: `2026-11:${k1.toString('base64')}, 2026-10:${k2.toString('base64')}`,
+    });
+    expect(config.idempotency.encryption).toEqual({
       keys: [
         { id: '2026-11', key: k1 },
         { id: '2026-10', key: k2 },
@@ -70,25 +62,28 @@ describe('parseOrdersConfig', () => {
 
   it('reads ADMIN_TOKEN and refuses a short one or one with spaces, without echoing it', () => {
     const token = 'adm_0123456789abcdef0123456789abcdef';
-    expect(parseOrdersConfig({ ADMIN_TOKEN: token }, '/srv/app').adminToken).toBe(token);
+    expect(parseOrdersConfig({ ADMIN_TOKEN: token }).admin.token).toBe(token);
     const problem = 'ADMIN_TOKEN must be at least 32 printable ASCII characters without spaces';
     expect(problemsOf({ ADMIN_TOKEN: 'short-token' })).toEqual([problem]);
     expect(problemsOf({ ADMIN_TOKEN: 'a token with spaces that is long enough' })).toEqual([problem]);
   });
 
   it('reads the queue settings and refuses bad ones', () => {
-    const config = parseOrdersConfig(
-      {
-        QUEUE_WORKER: 'false',
-        QUEUE_PREFIX: 'orders:test',
-        QUEUE_LOCK_MS: '1000',
-        QUEUE_STALLED_INTERVAL_MS: '500',
-        OUTBOX_POLL_MS: '250',
-      },
-      '/srv/app',
-    );
-    expect(config.queue).toEqual({ worker: false, prefix: 'orders:test', lockMs: 1000, stalledIntervalMs: 500 });
-    expect(config.outboxPollMs).toBe(250);
+    const config = parseOrdersConfig({
+      QUEUE_WORKER: 'FALSE',
+      QUEUE_PREFIX: 'orders:test',
+      QUEUE_LOCK_MS: '1000',
+      QUEUE_STALLED_INTERVAL_MS: '500',
+      OUTBOX_POLL_MS: '250',
+    });
+    expect(config.queue).toEqual({
+      worker: false,
+      prefix: 'orders:test',
+      lockMs: 1000,
+      stalledIntervalMs: 500,
+      rabbitmq: undefined,
+    });
+    expect(config.outbox.pollMs).toBe(250);
     expect(
       problemsOf({ QUEUE_WORKER: 'maybe', QUEUE_PREFIX: 'a b', QUEUE_LOCK_MS: '5', OUTBOX_POLL_MS: 'soon' }),
     ).toEqual([
@@ -100,21 +95,17 @@ describe('parseOrdersConfig', () => {
   });
 
   it('reads the outbox retention and RabbitMQ, and refuses bad values', () => {
-    const config = parseOrdersConfig(
-      {
-        OUTBOX_RETENTION_MS: '3600000',
-        OUTBOX_CLEANUP_INTERVAL_MS: '5000',
-        RABBITMQ_URL: 'amqp://guest:secret@mq:5672',
-        RABBITMQ_QUEUE: 'orders.events',
-      },
-      '/srv/app',
-    );
-    expect(config).toMatchObject({
-      outboxRetentionMs: 3_600_000,
-      outboxCleanupIntervalMs: 5_000,
-      rabbitmq: { url: 'amqp://guest:secret@mq:5672', queue: 'orders.events' },
+    const config = parseOrdersConfig({
+      OUTBOX_RETENTION_MS: '3600000',
+      OUTBOX_CLEANUP_INTERVAL_MS: '5000',
+      RABBITMQ_URL: 'amqp://guest:secret@mq:5672',
+      RABBITMQ_QUEUE: 'orders.events',
     });
-    expect(parseOrdersConfig({ RABBITMQ_URL: 'amqps://mq' }, '/srv/app').rabbitmq).toEqual({
+    expect(config).toMatchObject({
+      outbox: { retentionMs: 3_600_000, cleanupIntervalMs: 5_000 },
+      queue: { rabbitmq: { url: 'amqp://guest:secret@mq:5672', queue: 'orders.events' } },
+    });
+    expect(parseOrdersConfig({ RABBITMQ_URL: 'amqps://mq' }).queue.rabbitmq).toEqual({
       url: 'amqps://mq',
       queue: 'order-events',
     });
@@ -132,14 +123,19 @@ describe('parseOrdersConfig', () => {
   });
 
   it('reads IDEMPOTENCY_LEASE_MS and refuses a value outside 300..3600000', () => {
-    expect(parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: '1500' }, '/srv/app').idempotencyLeaseMs).toBe(1500);
-    expect(() => parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: '100' }, '/srv/app')).toThrow(/IDEMPOTENCY_LEASE_MS/);
-    expect(() => parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: 'soon' }, '/srv/app')).toThrow(/IDEMPOTENCY_LEASE_MS/);
+    expect(parseOrdersConfig({ IDEMPOTENCY_LEASE_MS: '1500' }).idempotency.leaseMs).toBe(1500);
+    expect(problemsOf({ IDEMPOTENCY_LEASE_MS: '100' })).toEqual([
+      'IDEMPOTENCY_LEASE_MS must be an integer from 300 to 3600000 (got "100")',
+    ]);
+    expect(problemsOf({ IDEMPOTENCY_LEASE_MS: 'soon' })).toEqual([
+      'IDEMPOTENCY_LEASE_MS must be an integer from 300 to 3600000 (got "soon")',
+    ]);
   });
 
   it('treats empty values as absent', () => {
-    const config = parseOrdersConfig({ PORT: '', DATABASE_URL: ' ', REDIS_URL: '' }, '/srv/app');
-    expect(config.port).toBe(3000);
+    const config = parseOrdersConfig({ PORT: '', DATABASE_URL: ' ', REDIS_URL: '', LOG_LEVEL: '  ' });
+    expect(config.http.port).toBe(3000);
+    expect(config.log.level).toBe('log');
     expect(config.database.kind).toBe('embedded');
     expect(config.fastStore.kind).toBe('memory');
   });
@@ -153,15 +149,15 @@ describe('parseOrdersConfig', () => {
       WEBHOOK_SECRET: 'a-secret-of-enough-length',
       LOG_LEVEL: 'DEBUG',
     });
-    expect(config.port).toBe(8080);
+    expect(config.http.port).toBe(8080);
     expect(config.database).toEqual({
       kind: 'postgres',
       url: 'postgres://app:secret@db:5432/orders',
       schema: 'tenant_a',
     });
     expect(config.fastStore).toEqual({ kind: 'redis', url: 'redis://cache:6379' });
-    expect(config.webhookSecret).toBe('a-secret-of-enough-length');
-    expect(config.logLevel).toBe('debug');
+    expect(config.webhooks.secret).toBe('a-secret-of-enough-length');
+    expect(config.log.level).toBe('debug');
   });
 
   it('defaults the PostgreSQL schema to public and accepts postgresql:// and rediss://', () => {
@@ -171,11 +167,11 @@ describe('parseOrdersConfig', () => {
   });
 
   it('resolves DATA_DIR against the working directory', () => {
-    expect(parseOrdersConfig({ DATA_DIR: 'var/db' }, '/srv/app').database).toEqual({
+    expect(parseOrdersConfig({ DATA_DIR: 'var/db' }).database).toEqual({
       kind: 'embedded',
       file: '/srv/app/var/db/orders.sqlite',
     });
-    expect(parseOrdersConfig({ DATA_DIR: '/data' }, '/srv/app').database).toEqual({
+    expect(parseOrdersConfig({ DATA_DIR: '/data' }).database).toEqual({
       kind: 'embedded',
       file: '/data/orders.sqlite',
     });
@@ -186,7 +182,7 @@ describe('parseOrdersConfig', () => {
   });
 
   it('accepts PORT=0 (any free port)', () => {
-    expect(parseOrdersConfig({ PORT: '0' }).port).toBe(0);
+    expect(parseOrdersConfig({ PORT: '0' }).http.port).toBe(0);
   });
 
   it('refuses a DATABASE_URL that is not PostgreSQL, without echoing its password', () => {
@@ -255,7 +251,7 @@ describe('describeBackends', () => {
     expect(line).toBe(
       'Backends: database = PostgreSQL postgres://app:***@db:5432/orders (schema "public"); fast store = Redis redis://:***@cache:6379',
     );
-    expect(describeBackends(parseOrdersConfig({}, '/srv/app'))).toBe(
+    expect(describeBackends(parseOrdersConfig({}))).toBe(
       'Backends: database = embedded sql.js file /srv/app/.data/orders.sqlite; fast store = in-memory (this process only)',
     );
   });

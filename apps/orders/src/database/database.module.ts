@@ -1,7 +1,8 @@
 import { Global, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource } from 'typeorm';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { ConfigService } from '@nestjs/config';
+import type { OrdersConfig } from '../config/orders.config.js';
 import { Clock } from '../common/clock.js';
 import { dataSourceOptionsFor } from './data-source-options.js';
 import { migrateDatabase } from './migrate.js';
@@ -15,13 +16,16 @@ import { TransactionRunner } from './transaction-runner.js';
 @Module({
   imports: [
     TypeOrmModule.forRootAsync({
-      inject: [ORDERS_CONFIG],
-      useFactory: (config: OrdersConfig) => ({
-        ...dataSourceOptionsFor(config.database),
-        // PostgreSQL may still be starting (docker compose up): retry for about 10 s.
-        retryAttempts: config.database.kind === 'postgres' ? 5 : 0,
-        retryDelay: 2000,
-      }),
+      inject: [ConfigService],
+      useFactory: (config: ConfigService<OrdersConfig, true>) => {
+        const database = config.get('database', { infer: true });
+        return {
+          ...dataSourceOptionsFor(database),
+          // PostgreSQL may still be starting (docker compose up): retry for about 10 s.
+          retryAttempts: database.kind === 'postgres' ? 5 : 0,
+          retryDelay: 2000,
+        };
+      },
       dataSourceFactory: async (options) => {
         const dataSource = await new DataSource(options!).initialize();
         try {

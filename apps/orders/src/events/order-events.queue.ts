@@ -1,7 +1,8 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { Queue, Worker } from 'bullmq';
 import { Redis } from 'ioredis';
-import { ORDERS_CONFIG, redactUrl, type OrdersConfig } from '../config/orders.config.js';
+import { InjectOrdersConfig, type OrdersConfig, type QueueConfig } from '../config/orders.config.js';
+import { redactUrl } from '../config/redact-url.js';
 import { OrderCreatedProcessor } from '../notifications/order-created.processor.js';
 import { ORDER_CREATED_JOB, ORDER_EVENTS_QUEUE, type OrderCreatedEvent } from './order-created.event.js';
 
@@ -24,21 +25,22 @@ export class OrderEventsQueue implements OnApplicationBootstrap, OnModuleDestroy
   private readonly active = new Set<Promise<unknown>>();
 
   constructor(
-    @Inject(ORDERS_CONFIG) private readonly config: OrdersConfig,
+    @InjectOrdersConfig('fastStore') private readonly fastStore: OrdersConfig['fastStore'],
+    @InjectOrdersConfig('queue') private readonly settings: QueueConfig,
     private readonly processor: OrderCreatedProcessor,
   ) {}
 
   /** True when events go through BullMQ (`REDIS_URL` is set). */
   get enabled(): boolean {
-    return this.config.fastStore.kind === 'redis';
+    return this.fastStore.kind === 'redis';
   }
 
   onApplicationBootstrap(): void {
-    if (this.config.fastStore.kind !== 'redis') {
+    if (this.fastStore.kind !== 'redis') {
       return;
     }
-    const { url } = this.config.fastStore;
-    const { prefix, worker, lockMs, stalledIntervalMs } = this.config.queue;
+    const { url } = this.fastStore;
+    const { prefix, worker, lockMs, stalledIntervalMs } = this.settings;
     // The producer fails fast while Redis is down: the event stays in the outbox for the next scan.
     this.queue = new Queue(ORDER_EVENTS_QUEUE, {
       connection: this.connect(url, { enableOfflineQueue: false }),
@@ -88,7 +90,7 @@ export class OrderEventsQueue implements OnApplicationBootstrap, OnModuleDestroy
       // closed without waiting for BullMQ's own bookkeeping, which can wait for ever on a
       // connection that Redis dropped. A job still running is abandoned: its lock lapses and
       // another worker gets it, where the idempotency record makes it take effect once.
-      await settledWithin([...this.active], Math.min(this.config.queue.lockMs, 10_000));
+      await settledWithin([...this.active], Math.min(this.settings.lockMs, 10_000));
       await settledWithin([this.worker.close(true)], 2000);
     }
     if (this.queue) {

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import {
   ClientProxyFactory,
   RmqRecordBuilder,
@@ -10,7 +10,8 @@ import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
 import { amqpQueueArguments, assertAmqpRedeliveryTopology, RmqMessageDeserializer } from 'nestjs-idempotency/amqp';
 import { connect } from 'amqplib';
 import { firstValueFrom, timeout } from 'rxjs';
-import { ORDERS_CONFIG, redactUrl, type OrdersConfig, type RabbitMqConfig } from '../config/orders.config.js';
+import { InjectOrdersConfig, type OrdersConfig, type RabbitMqConfig } from '../config/orders.config.js';
+import { redactUrl } from '../config/redact-url.js';
 import { ORDER_CREATED_JOB, type OrderCreatedEvent } from './order-created.event.js';
 
 /** How long a publish may wait for the broker's confirm before the event is left for the next outbox scan. */
@@ -72,25 +73,25 @@ export class OrderEventsRabbitPublisher implements OnApplicationBootstrap, OnMod
   private readonly logger = new Logger('OrderEventsRabbitPublisher');
   private client?: ClientProxy;
 
-  constructor(@Inject(ORDERS_CONFIG) private readonly config: OrdersConfig) {}
+  constructor(@InjectOrdersConfig('queue') private readonly queue: OrdersConfig['queue']) {}
 
   /** True when events go through RabbitMQ (`RABBITMQ_URL` is set). */
   get enabled(): boolean {
-    return this.config.rabbitmq !== undefined;
+    return this.queue.rabbitmq !== undefined;
   }
 
   /** Declares the queues at startup; a broker that is down is reported, and publishing retries later. */
   async onApplicationBootstrap(): Promise<void> {
-    if (!this.config.rabbitmq) return;
-    await declareTopology(this.config.rabbitmq).catch((error: unknown) =>
+    if (!this.queue.rabbitmq) return;
+    await declareTopology(this.queue.rabbitmq).catch((error: unknown) =>
       this.logger.warn(
-        `could not declare the RabbitMQ queues of "${this.config.rabbitmq?.queue}": ${(error as Error).message}`,
+        `could not declare the RabbitMQ queues of "${this.queue.rabbitmq?.queue}": ${(error as Error).message}`,
       ),
     );
   }
 
   async publish(event: OrderCreatedEvent, messageKey: string | null): Promise<void> {
-    const rabbitmq = this.config.rabbitmq;
+    const rabbitmq = this.queue.rabbitmq;
     if (!rabbitmq) {
       throw new Error('RabbitMQ is not configured (no RABBITMQ_URL)');
     }

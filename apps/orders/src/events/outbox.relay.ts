@@ -1,8 +1,8 @@
-import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap, type OnModuleDestroy } from '@nestjs/common';
 import { context, ROOT_CONTEXT } from '@opentelemetry/api';
 import { In, IsNull, type EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { InjectOrdersConfig, type OrdersConfig } from '../config/orders.config.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
 import { OrderCreatedProcessor } from '../notifications/order-created.processor.js';
 import { ORDER_CREATED_JOB, toOrderCreatedEvent } from './order-created.event.js';
@@ -41,7 +41,8 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
   private stopped = false;
 
   constructor(
-    @Inject(ORDERS_CONFIG) private readonly config: OrdersConfig,
+    @InjectOrdersConfig('outbox') private readonly outbox: OrdersConfig['outbox'],
+    @InjectOrdersConfig('database') private readonly database: OrdersConfig['database'],
     private readonly db: TransactionRunner,
     private readonly clock: Clock,
     private readonly queue: OrderEventsQueue,
@@ -51,12 +52,9 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
 
   onApplicationBootstrap(): void {
     this.kick();
-    this.timer = setInterval(() => this.kick(), this.config.outboxPollMs);
+    this.timer = setInterval(() => this.kick(), this.outbox.pollMs);
     this.timer.unref();
-    this.cleanupTimer = setInterval(
-      () => void this.cleanUp().catch(() => undefined),
-      this.config.outboxCleanupIntervalMs,
-    );
+    this.cleanupTimer = setInterval(() => void this.cleanUp().catch(() => undefined), this.outbox.cleanupIntervalMs);
     this.cleanupTimer.unref();
   }
 
@@ -109,7 +107,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private get locksRows(): boolean {
-    return this.config.database.kind === 'postgres';
+    return this.database.kind === 'postgres';
   }
 
   private async drain(): Promise<void> {
@@ -121,7 +119,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
         }
       }
     } catch (error) {
-      this.logger.warn(`outbox scan failed: ${(error as Error).message}; retried in ${this.config.outboxPollMs} ms`);
+      this.logger.warn(`outbox scan failed: ${(error as Error).message}; retried in ${this.outbox.pollMs} ms`);
     }
   }
 
@@ -198,7 +196,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private async deleteExpired(): Promise<number> {
-    const cutoffMs = this.clock.nowMs() - this.config.outboxRetentionMs;
+    const cutoffMs = this.clock.nowMs() - this.outbox.retentionMs;
     let deleted = 0;
     for (;;) {
       const count = await this.db.transaction(async (manager) => {
@@ -218,9 +216,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
       deleted += count;
       if (count < CLEANUP_BATCH || this.stopped) {
         if (deleted > 0)
-          this.logger.log(
-            `deleted ${deleted} dispatched outbox event(s) older than ${this.config.outboxRetentionMs} ms`,
-          );
+          this.logger.log(`deleted ${deleted} dispatched outbox event(s) older than ${this.outbox.retentionMs} ms`);
         return deleted;
       }
     }

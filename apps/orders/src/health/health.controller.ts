@@ -14,7 +14,7 @@ import type { DataSource } from 'typeorm';
 import { isAdminBearer } from '../admin/admin-token.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { SkipTenant } from '../common/tenant/skip-tenant.decorator.js';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { InjectOrdersConfig, type OrdersConfig } from '../config/orders.config.js';
 import { REDIS_CLIENT } from '../redis/redis.constants.js';
 import { statusOnly } from './health-status-only.js';
 
@@ -42,14 +42,15 @@ export class HealthController {
     private readonly indicators: HealthIndicatorService,
     private readonly idempotency: IdempotencyHealthIndicator,
     @InjectDataSource() private readonly dataSource: DataSource,
-    @Inject(ORDERS_CONFIG) private readonly config: OrdersConfig,
+    @InjectOrdersConfig('admin') private readonly admin: OrdersConfig['admin'],
     @Optional() @Inject(REDIS_CLIENT) private readonly redis?: Redis,
   ) {}
 
   @Get()
   @HealthCheck()
   async check(@Headers('authorization') authorization?: string) {
-    const detailed = this.config.adminToken !== undefined && isAdminBearer(authorization, this.config.adminToken);
+    const { token } = this.admin;
+    const detailed = token !== undefined && isAdminBearer(authorization, token);
     const checks: HealthIndicatorFunction[] = [
       () => this.database.pingCheck('database', { connection: this.dataSource, timeout: HEALTH_PING_TIMEOUT_MS }),
       () => this.idempotency.isHealthy('idempotency', { timeoutMs: HEALTH_PING_TIMEOUT_MS, details: detailed }),

@@ -5,7 +5,8 @@ import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { ConfigService } from '@nestjs/config';
+import type { OrdersConfig } from '../config/orders.config.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
 import { REDIS_CLIENT } from '../redis/redis.constants.js';
 
@@ -28,18 +29,26 @@ interface TenantRequest {
 @Module({
   imports: [
     IdempotencyModule.forRootAsync({
-      inject: [ORDERS_CONFIG, getDataSourceToken(), TransactionRunner, { token: REDIS_CLIENT, optional: true }],
-      useFactory: (config: OrdersConfig, dataSource: DataSource, runner: TransactionRunner, redis?: Redis) => ({
-        store: redis ? new RedisIdempotencyStore(redis) : new MemoryIdempotencyStore(),
-        durableStore: new TypeOrmIdempotencyStore(dataSource, { runExclusive: (work) => runner.exclusive(work) }),
-        reaper: { intervalMs: 60_000 },
-        tenant: (request) => (request as TenantRequest).tenantId,
-        scope: ['tenant', 'operation'],
-        leaseMs: config.idempotencyLeaseMs,
-        heartbeatMs: Math.floor(config.idempotencyLeaseMs / 3),
-        problemTypeBaseUri: config.problemTypeBaseUri,
-        encryption: config.idempotencyEncryption,
-      }),
+      inject: [ConfigService, getDataSourceToken(), TransactionRunner, { token: REDIS_CLIENT, optional: true }],
+      useFactory: (
+        config: ConfigService<OrdersConfig, true>,
+        dataSource: DataSource,
+        runner: TransactionRunner,
+        redis?: Redis,
+      ) => {
+        const { leaseMs, encryption } = config.get('idempotency', { infer: true });
+        return {
+          store: redis ? new RedisIdempotencyStore(redis) : new MemoryIdempotencyStore(),
+          durableStore: new TypeOrmIdempotencyStore(dataSource, { runExclusive: (work) => runner.exclusive(work) }),
+          reaper: { intervalMs: 60_000 },
+          tenant: (request) => (request as TenantRequest).tenantId,
+          scope: ['tenant', 'operation'],
+          leaseMs,
+          heartbeatMs: Math.floor(leaseMs / 3),
+          problemTypeBaseUri: config.get('problems.typeBaseUri', { infer: true }),
+          encryption,
+        };
+      },
     }),
   ],
 })

@@ -2,7 +2,7 @@ import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown,
 import { REDIS_FAIL_FAST_OPTIONS } from 'nestjs-idempotency/redis';
 import { Redis } from 'ioredis';
 import type { FastStoreConfig } from '../config/orders.config.js';
-import { redactUrl } from '../config/orders.config.js';
+import { redactUrl } from '../config/redact-url.js';
 import { REDIS_CLIENT } from './redis.constants.js';
 
 const logger = new Logger('Redis');

@@ -1,5 +1,5 @@
-import { type CanActivate, type ExecutionContext, Inject, Injectable, type RawBodyRequest } from '@nestjs/common';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { type CanActivate, type ExecutionContext, Injectable, type RawBodyRequest } from '@nestjs/common';
+import { InjectOrdersConfig, type OrdersConfig } from '../config/orders.config.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { checkWebhookSignature, SIGNATURE_HEADER } from './webhook-signature.js';
 
@@ -17,10 +17,10 @@ const REFUSALS = {
  */
 @Injectable()
 export class WebhookSignatureGuard implements CanActivate {
-  constructor(@Inject(ORDERS_CONFIG) private readonly config: OrdersConfig) {}
+  constructor(@InjectOrdersConfig('webhooks') private readonly webhooks: OrdersConfig['webhooks']) {}
 
   canActivate(context: ExecutionContext): boolean {
-    const secret = this.config.webhookSecret;
+    const { secret } = this.webhooks;
     if (secret === undefined) {
       throw new ProblemException(
         'webhooksDisabled',

@@ -1,5 +1,5 @@
-import { Inject, Logger, Module, type OnModuleInit } from '@nestjs/common';
-import { ORDERS_CONFIG, type OrdersConfig } from '../config/orders.config.js';
+import { Logger, Module, type OnModuleInit } from '@nestjs/common';
+import { InjectOrdersConfig, type OrdersConfig } from '../config/orders.config.js';
 import { PaymentEventsController } from './payment-events.controller.js';
 import { PaymentsWebhookController } from './payments-webhook.controller.js';
 import { PaymentsWebhookService } from './payments-webhook.service.js';
@@ -11,10 +11,10 @@ import { WebhookSignatureGuard } from './webhook-signature.guard.js';
   providers: [PaymentsWebhookService, WebhookSignatureGuard],
 })
 export class WebhooksModule implements OnModuleInit {
-  constructor(@Inject(ORDERS_CONFIG) private readonly config: OrdersConfig) {}
+  constructor(@InjectOrdersConfig('webhooks') private readonly webhooks: OrdersConfig['webhooks']) {}
 
   onModuleInit(): void {
-    if (this.config.webhookSecret === undefined) {
+    if (this.webhooks.secret === undefined) {
       new Logger('Webhooks').warn('WEBHOOK_SECRET is not set: POST /webhooks/payments answers 503 webhooks-disabled');
     }
   }

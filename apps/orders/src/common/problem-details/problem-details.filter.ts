@@ -1,6 +1,6 @@
-import { type ArgumentsHost, Catch, type ExceptionFilter, Inject, Logger } from '@nestjs/common';
+import { type ArgumentsHost, Catch, type ExceptionFilter, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { ORDERS_CONFIG, type OrdersConfig } from '../../config/orders.config.js';
+import { InjectOrdersConfig, type OrdersConfig } from '../../config/orders.config.js';
 import { PROBLEM_CONTENT_TYPE, toProblemResponse } from './problem-details.js';
 
 /**
@@ -15,7 +15,7 @@ export class ProblemDetailsFilter implements ExceptionFilter {
 
   constructor(
     private readonly adapterHost: HttpAdapterHost,
-    @Inject(ORDERS_CONFIG) private readonly config: OrdersConfig,
+    @InjectOrdersConfig('problems') private readonly problems: OrdersConfig['problems'],
   ) {}
 
   catch(exception: unknown, host: ArgumentsHost): void {
@@ -31,7 +31,7 @@ export class ProblemDetailsFilter implements ExceptionFilter {
     const ctx = host.switchToHttp();
     const request = ctx.getRequest<unknown>();
     const response = ctx.getResponse<unknown>();
-    const { status, body, unexpected } = toProblemResponse(exception, this.config.problemTypeBaseUri);
+    const { status, body, unexpected } = toProblemResponse(exception, this.problems.typeBaseUri);
     const route = `${httpAdapter.getRequestMethod(request)} ${httpAdapter.getRequestUrl(request)}`;
 
     if (unexpected) {
