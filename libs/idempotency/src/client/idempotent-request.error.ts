@@ -1,0 +1,33 @@
+import type { IdempotencyKeySource } from './idempotency-key-source.js';
+import type { StopReason } from './retry-policy.js';
+
+/** Why an idempotent call ended without an answer to return. */
+export type IdempotentRequestFailure = Exclude<StopReason, 'final-answer'>;
+
+/**
+ * An idempotent call that got no answer: every attempt failed before a response (`cause` is the
+ * last network error), or the deadline cut an attempt short. Whether the server acted is
+ * unknown: call again with the same `key` (`idempotencyKey: error.key`) to learn it safely.
+ *
+ * @publicApi
+ */
+export class IdempotentRequestError extends Error {
+  override readonly name = 'IdempotentRequestError';
+
+  constructor(
+    /** What stopped the retries. */
+    readonly reason: IdempotentRequestFailure,
+    /** Attempts made, the first included. */
+    readonly attempts: number,
+    /** The key every attempt carried (undefined for a method sent without one). */
+    readonly key: string | undefined,
+    readonly keySource: IdempotencyKeySource | undefined,
+    options: { cause?: unknown } = {},
+  ) {
+    super(
+      `The request got no answer after ${attempts} attempt(s) (${reason})` +
+        (key === undefined ? '.' : `; call again with the same Idempotency-Key to learn its outcome safely.`),
+      options,
+    );
+  }
+}
