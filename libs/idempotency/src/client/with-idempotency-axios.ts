@@ -7,7 +7,7 @@ import {
   type RetryableAnswer,
 } from './idempotent-client.options.js';
 import { IdempotentRequestError, type IdempotentRequestFailure } from './idempotent-request.error.js';
-import { isRetryableMethod, RetryOperation, type AttemptOutcome, type StopReason } from './retry-policy.js';
+import { isRetryableMethod, RetryOperation, type StopReason } from './retry-policy.js';
 import { isReplayMarker, type IdempotencyOutcome } from './with-idempotency.js';
 
 /**
@@ -16,11 +16,15 @@ import { isReplayMarker, type IdempotencyOutcome } from './with-idempotency.js';
  */
 export interface AxiosLikeInstance {
   interceptors: {
-    request: { use(onFulfilled: (config: never) => unknown, onRejected?: (error: never) => unknown): number };
-    response: { use(onFulfilled: (response: never) => unknown, onRejected?: (error: never) => unknown): number };
+    request: { use(onFulfilled: AnyCallback, onRejected?: AnyCallback): number };
+    response: { use(onFulfilled: AnyCallback, onRejected?: AnyCallback): number };
   };
   request(config: never): Promise<unknown>;
 }
+
+// axios types its interceptors with its own config types, which this entry point does not import.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyCallback = (value: any) => any;
 
 /** What a call may add to its axios config (cast or intersect with `AxiosRequestConfig`). */
 export interface IdempotentAxiosConfig {
@@ -110,21 +114,21 @@ export function withIdempotencyAxios<T extends AxiosLikeInstance>(
     throw error;
   };
 
-  instance.interceptors.request.use(((config: CallConfig) => {
+  instance.interceptors.request.use((config: CallConfig) => {
     config.idempotencyCall ??= startCall(config, resolved);
     config.idempotencyCall.operation.attempts += 1;
     // The deadline bounds the attempt too (at least 1 ms: 0 would mean no timeout to axios).
     const remaining = Math.max(1, config.idempotencyCall.operation.remainingMs());
     config.timeout = config.timeout ? Math.min(config.timeout, remaining) : remaining;
     return config;
-  }) as (config: never) => unknown);
+  });
 
   instance.interceptors.response.use(
-    ((response: CallResponse) => {
+    (response: CallResponse) => {
       const call = response.config?.idempotencyCall;
       return call ? retryOrSettle(response, response.config!, call) : response;
-    }) as (response: never) => unknown,
-    (async (error: CallError) => {
+    },
+    async (error: CallError) => {
       const config = error.config;
       const call = config?.idempotencyCall;
       if (!config || !call) throw error;
@@ -141,11 +145,10 @@ export function withIdempotencyAxios<T extends AxiosLikeInstance>(
           },
         );
       if (call.operation.remainingMs() === 0) throw fail('deadline');
-      const outcome: AttemptOutcome = { kind: 'network-error' };
-      const decision = call.operation.next(outcome);
+      const decision = call.operation.next({ kind: 'network-error' });
       if (!decision.retry) throw fail(decision.reason);
       return retry(instance, config, decision.delayMs, resolved);
-    }) as (error: never) => unknown,
+    },
   );
   return instance;
 }
