@@ -10,8 +10,8 @@ import {
   type IdempotentAxiosConfig,
   type IdempotentClientOptions,
 } from 'nestjs-idempotency/client';
-import { fakeTime } from '../support/fake-time.js';
-import { problem, startScriptedServer, type ScriptedServer } from '../support/http/scripted-server.js';
+import { problem } from '../support/http/scripted-server.js';
+import { scriptedServerSuite } from '../support/http/scripted-server-suite.js';
 
 type Outcome = { idempotency: IdempotencyOutcome };
 
@@ -21,34 +21,15 @@ type Outcome = { idempotency: IdempotencyOutcome };
  * client, through axios' interceptors.
  */
 describe('withIdempotencyAxios against a bare HTTP server', () => {
-  let server: ScriptedServer;
-  let time: ReturnType<typeof fakeTime>;
-  const keysSent = () => server.received.map((request) => request.headers['idempotency-key']);
-  const options = (extra: IdempotentClientOptions = {}): IdempotentClientOptions => ({
-    // Read when called: the clock is renewed before each test.
-    now: () => time.now(),
-    sleep: (ms, signal) => time.sleep(ms, signal),
-    random: () => 0.5,
-    retryBudget: false,
-    ...extra,
-  });
-
-  beforeAll(async () => {
-    server = await startScriptedServer();
-  });
-  afterAll(async () => {
-    await server.close();
-  });
-  beforeEach(() => {
-    time = fakeTime();
-  });
+  const suite = scriptedServerSuite();
+  const { keysSent, options } = suite;
 
   describe('a plain axios instance', () => {
     const instance = (extra?: IdempotentClientOptions) =>
-      withIdempotencyAxios(axios.create({ baseURL: server.url }), options(extra));
+      withIdempotencyAxios(axios.create({ baseURL: suite.server.url }), options(extra));
 
     it('retries a 503 and a 409 in progress with the same key, and says the attempts and the replay', async () => {
-      server.script({ status: 503 }, problem(409, 'idempotency-request-in-progress', { 'Retry-After': '1' }), {
+      suite.server.script({ status: 503 }, problem(409, 'idempotency-request-in-progress', { 'Retry-After': '1' }), {
         status: 201,
         headers: { 'Idempotent-Replayed': 'true' },
         body: { id: 'ch_1' },
@@ -59,30 +40,30 @@ describe('withIdempotencyAxios against a bare HTTP server', () => {
       expect(res.data).toEqual({ id: 'ch_1' });
       expect(res.idempotency).toMatchObject({ attempts: 3, replayed: true, keySource: 'random' });
       expect(new Set(keysSent())).toEqual(new Set([res.idempotency.key]));
-      expect(server.received.map((r) => r.body)).toEqual(Array(3).fill(JSON.stringify({ amountCents: 1200 })));
-      expect(time.waits[1]).toBe(1000);
+      expect(suite.server.received.map((r) => r.body)).toEqual(Array(3).fill(JSON.stringify({ amountCents: 1200 })));
+      expect(suite.time.waits[1]).toBe(1000);
     });
 
     it('never retries a 422: the AxiosError carries the outcome', async () => {
-      server.script(problem(422, 'idempotency-key-reused'), { status: 201 });
+      suite.server.script(problem(422, 'idempotency-key-reused'), { status: 201 });
       const error = (await instance()
         .post('/charges', {})
         .catch((e: unknown) => e)) as AxiosError & Outcome;
       expect(error).toBeInstanceOf(AxiosError);
       expect(error.response?.status).toBe(422);
       expect(error.idempotency).toMatchObject({ attempts: 1, stoppedBy: 'final-answer' });
-      expect(server.received).toHaveLength(1);
+      expect(suite.server.received).toHaveLength(1);
     });
 
     it('retries a connection cut before the response; gives up with IdempotentRequestError after maxAttempts', async () => {
-      server.script('drop', { status: 201 });
+      suite.server.script('drop', { status: 201 });
       const key = 'order-7';
       const config: AxiosRequestConfig & IdempotentAxiosConfig = { idempotencyKey: key };
       const res = (await instance().post('/charges', {}, config)) as unknown as Outcome;
       expect(res.idempotency).toMatchObject({ attempts: 2, key, keySource: 'explicit' });
       expect(keysSent()).toEqual([key, key]);
 
-      server.script('drop');
+      suite.server.script('drop');
       const error = (await instance({ maxAttempts: 2 })
         .post('/charges', {})
         .catch((e: unknown) => e)) as IdempotentRequestError;
@@ -91,26 +72,26 @@ describe('withIdempotencyAxios against a bare HTTP server', () => {
     });
 
     it('stops when the caller aborts during a wait', async () => {
-      server.script({ status: 503 }, { status: 201 });
+      suite.server.script({ status: 503 }, { status: 201 });
       const controller = new AbortController();
       const abortingSleep = (ms: number, signal?: AbortSignal) => {
         controller.abort(new Error('shutting down'));
-        return time.sleep(ms, signal);
+        return suite.time.sleep(ms, signal);
       };
       const error = await instance({ sleep: abortingSleep })
         .post('/charges', {}, { signal: controller.signal })
         .catch((e: unknown) => e);
       expect(error).toEqual(new Error('shutting down'));
-      expect(server.received).toHaveLength(1);
+      expect(suite.server.received).toHaveLength(1);
     });
 
     it('passes GET through without a key, retried; a non-idempotent method outside keyedMethods is not retried', async () => {
-      server.script({ status: 502 }, { status: 200 });
+      suite.server.script({ status: 502 }, { status: 200 });
       const got = (await instance().get('/orders/1')) as unknown as Outcome;
       expect(got.idempotency).toMatchObject({ attempts: 2, key: undefined });
       expect(keysSent()).toEqual([undefined, undefined]);
 
-      server.script({ status: 503 }, { status: 201 });
+      suite.server.script({ status: 503 }, { status: 201 });
       const error = (await instance({ keyedMethods: ['PATCH'] })
         .post('/charges', {})
         .catch((e: unknown) => e)) as AxiosError & Outcome;
@@ -134,13 +115,13 @@ describe('withIdempotencyAxios against a bare HTTP server', () => {
     });
 
     it('every HttpService POST carries one key across its retries', async () => {
-      server.script(
+      suite.server.script(
         { status: 504 },
         { status: 429, headers: { 'Retry-After': '2' } },
         { status: 201, body: { id: 1 } },
       );
       const res = (await firstValueFrom(
-        http.post(`${server.url}/charges`, { amountCents: 5 }),
+        http.post(`${suite.server.url}/charges`, { amountCents: 5 }),
       )) as unknown as Outcome & {
         status: number;
       };
