@@ -9,6 +9,13 @@ export type IdempotentRequestFailure = Exclude<StopReason, 'final-answer'>;
  * last network error), or the deadline cut an attempt short. Whether the server acted is
  * unknown: call again with the same `key` (`idempotencyKey: error.key`) to learn it safely.
  *
+ * @example
+ * try {
+ *   await pay(url, { method: 'POST', body });
+ * } catch (error) {
+ *   if (error instanceof IdempotentRequestError) queueForLater({ url, body, idempotencyKey: error.key });
+ *   else throw error;
+ * }
  * @publicApi
  */
 export class IdempotentRequestError extends Error {

@@ -125,7 +125,13 @@ export function withIdempotency(fetchFn: FetchLike = fetch, options: IdempotentC
   };
 }
 
-/** `true` (our default) or the Structured Field Boolean `?1` (an option of the server). */
+/**
+ * Whether a replay header's value says "replayed": `true` (our default) or the Structured Field
+ * Boolean `?1` (an option of the server).
+ *
+ * @example isReplayMarker(res.headers.get('Idempotent-Replayed')); // true on a replay
+ * @publicApi
+ */
 export function isReplayMarker(value: string | null | undefined): boolean {
   return value === 'true' || value === '?1';
 }

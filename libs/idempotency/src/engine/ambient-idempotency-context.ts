@@ -24,7 +24,11 @@ export function runInIdempotencyContext<T>(context: IdempotencyContextRef, fn: (
 
 /**
  * The context of the claimed handler this code runs in, or undefined outside one (or before
- * tracking was turned on).
+ * tracking was turned on: creating a client of `nestjs-idempotency/client` turns it on).
+ *
+ * @example
+ * const key = currentIdempotencyContext()?.derivedKey('ledger') ?? randomUUID();
+ * @publicApi
  */
 export function currentIdempotencyContext(): IdempotencyContextRef | undefined {
   return ambient.getStore();
