@@ -1,8 +1,11 @@
 import type { IdempotencyKeySource } from './idempotency-key-source.js';
 import type { StopReason } from './retry-policy.js';
 
-/** Why an idempotent call ended without an answer to return. */
-export type IdempotentRequestFailure = Exclude<StopReason, 'final-answer'>;
+/**
+ * Why an idempotent call ended without an answer to return. (A call that may not be retried at
+ * all, `unsafe-method`, rejects with its own error, as the wrapped client would.)
+ */
+export type IdempotentRequestFailure = Exclude<StopReason, 'final-answer' | 'unsafe-method'>;
 
 /**
  * An idempotent call that got no answer: every attempt failed before a response (`cause` is the

@@ -146,6 +146,8 @@ export function withIdempotencyAxios<T extends AxiosLikeInstance>(
         );
       if (call.operation.remainingMs() === 0) throw fail('deadline');
       const decision = call.operation.next({ kind: 'network-error' });
+      // A call that could never be retried fails as axios failed it.
+      if (!decision.retry && decision.reason === 'unsafe-method') throw error;
       if (!decision.retry) throw fail(decision.reason);
       return retry(instance, config, decision.delayMs, resolved);
     },

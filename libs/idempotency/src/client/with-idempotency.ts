@@ -101,6 +101,8 @@ export function withIdempotency(fetchFn: FetchLike = fetch, options: IdempotentC
         if (signal.aborted) throw signal.reason;
         if (attempt.deadlineHit()) throw fail('deadline', error);
         const decision = operation.next({ kind: 'network-error' });
+        // A call that could never be retried fails as the wrapped fetch failed.
+        if (!decision.retry && decision.reason === 'unsafe-method') throw error;
         if (!decision.retry) throw fail(decision.reason as IdempotentRequestFailure, error);
         await resolved.sleep(decision.delayMs, signal);
         continue;
