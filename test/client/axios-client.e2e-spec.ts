@@ -114,6 +114,10 @@ describe('withIdempotencyAxios against a bare HTTP server', () => {
       await context?.close();
     });
 
+    it('refuses to be applied twice to one instance (the retries would multiply)', () => {
+      expect(() => withIdempotencyAxios(http.axiosRef, options())).toThrow('already applied');
+    });
+
     it('every HttpService POST carries one key across its retries', async () => {
       suite.server.script(
         { status: 504 },

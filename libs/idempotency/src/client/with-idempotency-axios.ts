@@ -82,6 +82,9 @@ class IdempotentCall {
   }
 }
 
+/** The instances that have the interceptors already. */
+const applied = new WeakSet<AxiosLikeInstance>();
+
 /**
  * Makes an axios instance send keyed, safely retried requests, with the rules and options of
  * {@link withIdempotency} (docs/client.md). In Nest, apply it to `HttpService.axiosRef` once:
@@ -103,7 +106,10 @@ export function withIdempotencyAxios<T extends AxiosLikeInstance>(
   instance: T,
   options: IdempotentClientOptions = {},
 ): T {
+  // Two sets of these interceptors would retry each other's retries.
+  if (applied.has(instance)) throw new Error('withIdempotencyAxios() was already applied to this axios instance.');
   const resolved = resolveClientOptions(options);
+  applied.add(instance);
   trackIdempotencyContext();
   const retryOrSettle = async (response: CallResponse, config: CallConfig, call: IdempotentCall, error?: CallError) => {
     const decision = call.operation.next({ kind: 'answer', answer: answerOf(response) });

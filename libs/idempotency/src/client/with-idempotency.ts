@@ -117,7 +117,7 @@ export function withIdempotency(fetchFn: FetchLike = fetch, options: IdempotentC
           replayed,
           stoppedBy: decision.reason,
         };
-        Object.defineProperty(response, 'idempotency', { value: outcome, enumerable: false });
+        Object.defineProperty(response, 'idempotency', { value: outcome, enumerable: false, configurable: true });
         return response as IdempotentResponse;
       }
       // Frees the connection: this answer is not returned.
