@@ -10,6 +10,7 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { resolvePolicy, type ResolvedModuleSettings } from '../idempotency.options.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { IdempotencyClaim } from './idempotency-claim.js';
+import { runInIdempotencyContext } from './ambient-idempotency-context.js';
 import { IdempotencyContextRef } from './idempotency-context.js';
 import type {
   BeginRequest,
@@ -119,7 +120,7 @@ export class IdempotencyRunner {
       run: async (manager) => {
         context.attachManager(manager);
         try {
-          outcome = { ok: true, value: await fn(context) };
+          outcome = { ok: true, value: await runInIdempotencyContext(context, () => fn(context)) };
         } catch (error) {
           outcome = { ok: false, error };
         }
