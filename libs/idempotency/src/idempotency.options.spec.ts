@@ -1,3 +1,4 @@
+import type { ExecutionContext } from '@nestjs/common';
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 import { resolveModuleSettings, resolvePolicy } from './idempotency.options.js';
 import type { IdempotencyPolicyOptions } from './interfaces/idempotency-module-options.interface.js';
@@ -180,11 +181,16 @@ describe('resolvePolicy', () => {
 });
 
 describe('resolveModuleSettings', () => {
+  /** The default principal reads the request only. */
+  const noContext = undefined as unknown as ExecutionContext;
+
   it('defaults the principal to request.user.id or sub, and the problem base to the example URI', async () => {
     const settings = resolveModuleSettings({});
-    expect(await settings.principal({ headers: {}, method: 'POST', user: { id: 7 } })).toBe('7');
-    expect(await settings.principal({ headers: {}, method: 'POST', user: { sub: 'auth0|x' } })).toBe('auth0|x');
-    expect(await settings.principal({ headers: {}, method: 'POST' })).toBeUndefined();
+    expect(await settings.principal({ headers: {}, method: 'POST', user: { id: 7 } }, noContext)).toBe('7');
+    expect(await settings.principal({ headers: {}, method: 'POST', user: { sub: 'auth0|x' } }, noContext)).toBe(
+      'auth0|x',
+    );
+    expect(await settings.principal({ headers: {}, method: 'POST' }, noContext)).toBeUndefined();
     expect(settings.tenant).toBeUndefined();
     expect(settings.problemTypeBaseUri).toBe('https://api.example.com/problems/');
   });

@@ -4,6 +4,7 @@
  * `RunResult` or an `IdempotencyRunError`.
  */
 import { createHash } from 'node:crypto';
+import { runWithContext } from '../context/idempotency-request-context.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.exceptions.js';
 import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
@@ -119,7 +120,7 @@ export class IdempotencyRunner {
       run: async (manager) => {
         context.attachManager(manager);
         try {
-          outcome = { ok: true, value: await fn(context) };
+          outcome = { ok: true, value: await runWithContext(context, () => fn(context)) };
         } catch (error) {
           outcome = { ok: false, error };
         }
