@@ -1,5 +1,6 @@
 import {
   Controller,
+  Delete,
   Get,
   Injectable,
   Module,
@@ -117,11 +118,11 @@ describe.each<Platform>(['express', 'fastify'])('mistakes stop the application a
       })(),
     ],
     [
-      'GET',
+      'DELETE',
       (() => {
         @Controller('orders')
         class OrdersController {
-          @Get(':id')
+          @Delete(':id')
           @Idempotent()
           replace() {}
         }
@@ -130,9 +131,9 @@ describe.each<Platform>(['express', 'fastify'])('mistakes stop the application a
     ],
   ])('@Idempotent() on a route whose method is outside `methods` (%s) is refused', async (_case, controller) => {
     const message = await refusal(platform, appOf([controller], { scope: ['operation'] }));
-    expect(message).toMatch(/@Idempotent\(\) on OrdersController\.replace \((PUT|GET) \/orders\/:id\)/);
-    expect(message).toMatch(/the route answers (PUT|GET), which is not in methods \(POST, PATCH\)/);
-    expect(message).toMatch(/@Idempotent\(\{ methods: \['(PUT|GET)'\] \}\)/);
+    expect(message).toMatch(/@Idempotent\(\) on OrdersController\.replace \((PUT|DELETE) \/orders\/:id\)/);
+    expect(message).toMatch(/the route answers (PUT|DELETE), which is not in methods \(POST, PATCH\)/);
+    expect(message).toMatch(/@Idempotent\(\{ methods: \['(PUT|DELETE)'\] \}\)/);
   });
 
   it('@Idempotent({ methods: [...] }) naming the route method starts', async () => {

@@ -47,6 +47,16 @@ describe('resolvePolicy', () => {
     expect(() => resolvePolicy({ ttlMs: 60_000, leaseMs: 30_000 })).not.toThrow();
   });
 
+  it('unless set, the heartbeat follows the lease: a third of it', () => {
+    expect(resolvePolicy({}).heartbeatMs).toBe(10_000);
+    expect(resolvePolicy({ leaseMs: 15_000 }).heartbeatMs).toBe(5_000);
+    expect(resolvePolicy({ leaseMs: 6_000 }, { leaseMs: 1_000 }).heartbeatMs).toBe(333);
+    expect(resolvePolicy({ leaseMs: 2 }).heartbeatMs).toBe(1);
+    // Set, it is kept as given (and checked against the lease).
+    expect(resolvePolicy({ heartbeatMs: 2_000 }, { leaseMs: 15_000 }).heartbeatMs).toBe(2_000);
+    expect(() => resolvePolicy({ heartbeatMs: 10_000 }, { leaseMs: 15_000 })).toThrow(/heartbeatMs \(10000\)/);
+  });
+
   it('rejects a heartbeat longer than half the lease', () => {
     expect(() => resolvePolicy({ leaseMs: 1000, heartbeatMs: 600 })).toThrow(/heartbeatMs/);
     expect(() => resolvePolicy({ leaseMs: 1000, heartbeatMs: 500 })).not.toThrow();
