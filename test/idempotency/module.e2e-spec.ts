@@ -177,7 +177,7 @@ describe('IdempotencyModule registration', () => {
       // init() runs before listen(): the application never serves a request.
       const started = app.init();
       await expect(started).rejects.toThrow(IdempotencyConfigurationError);
-      await expect(started).rejects.toThrow(/ShortTtlController\.short: .*ttlMs/);
+      await expect(started).rejects.toThrow(/ShortTtlController\.short \(POST \/short\): .*ttlMs/);
     } finally {
       await app.close();
     }

@@ -2,6 +2,7 @@ import { Controller, Injectable, Module, Post, type Type } from '@nestjs/common'
 import { NestFactory } from '@nestjs/core';
 import { EventPattern } from '@nestjs/microservices';
 import {
+  fromHeader,
   Idempotent,
   IdempotencyConfigurationError,
   IdempotencyModule,
@@ -32,7 +33,11 @@ function appWithRoute(options: IdempotentOptions, moduleOptions: IdempotencyModu
       return { ok: true };
     }
   }
-  @Module({ imports: [IdempotencyModule.forRoot(moduleOptions)], controllers: [OrdersController] })
+  // A tenant resolver: a scope nothing can resolve is refused too (first-hour-startup.e2e-spec.ts).
+  @Module({
+    imports: [IdempotencyModule.forRoot({ tenant: fromHeader('x-tenant-id'), ...moduleOptions })],
+    controllers: [OrdersController],
+  })
   class AppModule {}
   return AppModule;
 }
@@ -115,7 +120,7 @@ describe('@Idempotent() options are checked at startup', () => {
     const failure = await startupFailure(appWithRoute(options, moduleOptions));
     expect(failure).toBeInstanceOf(IdempotencyConfigurationError);
     expect((failure as Error).message).toMatch(
-      /^Idempotency configuration: @Idempotent\(\) on OrdersController\.create: /,
+      /^Idempotency configuration: @Idempotent\(\) on OrdersController\.create \(POST \/orders\): /,
     );
     expect((failure as Error).message).toMatch(message);
   });

@@ -11,7 +11,8 @@ export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 export const DEFAULT_TTL_MS = 86_400_000;
 /** 30 s lease renewed every 10 s while a handler runs (docs/contract.md B.9 rule 25). @publicApi */
 export const DEFAULT_LEASE_MS = 30_000;
-export const DEFAULT_HEARTBEAT_MS = 10_000;
+/** The heartbeat renews the lease this many times per lease, unless `heartbeatMs` is set: 30 s → 10 s. */
+export const HEARTBEATS_PER_LEASE = 3;
 /** 1 MiB (docs/contract.md B.8 rule 23). @publicApi */
 export const DEFAULT_MAX_STORED_RESPONSE_BYTES = 1_048_576;
 /** 1 MiB: largest request body fingerprinted by default; above it a 413 problem. @publicApi */
@@ -21,6 +22,8 @@ export const DEFAULT_MAX_FINGERPRINTED_BODY_BYTES = 1_048_576;
 export const IDEMPOTENT_ROUTE_METADATA = 'idempotency:route';
 /** Metadata key of `@IdempotencyOutcome()`. @publicApi */
 export const IDEMPOTENCY_OUTCOME_METADATA = 'idempotency:outcome';
+/** Metadata key of `@SkipIdempotency()`. @publicApi */
+export const SKIP_IDEMPOTENCY_METADATA = 'idempotency:skip';
 
 /**
  * Headers a browser client needs: pass them to `app.enableCors()` so `Idempotency-Key` may be

@@ -1,5 +1,9 @@
 import { Reflector } from '@nestjs/core';
-import { IDEMPOTENCY_OUTCOME_METADATA, IDEMPOTENT_ROUTE_METADATA } from './idempotency.constants.js';
+import {
+  IDEMPOTENCY_OUTCOME_METADATA,
+  IDEMPOTENT_ROUTE_METADATA,
+  SKIP_IDEMPOTENCY_METADATA,
+} from './idempotency.constants.js';
 import type { IdempotentOptions } from './interfaces/idempotency-module-options.interface.js';
 import type { OutcomeOverride } from './engine/outcome-policy.js';
 
@@ -15,4 +19,10 @@ export const IdempotentRoute = Reflector.createDecorator<IdempotentOptions | und
 /** Route metadata of `@IdempotencyOutcome()`. */
 export const IdempotencyOutcomeRoute = Reflector.createDecorator<OutcomeOverride>({
   key: IDEMPOTENCY_OUTCOME_METADATA,
+});
+
+/** Route metadata of `@SkipIdempotency()`: the route is not protected, in global mode or under a class-level `@Idempotent()`. */
+export const SkipIdempotencyRoute = Reflector.createDecorator<void, true>({
+  key: SKIP_IDEMPOTENCY_METADATA,
+  transform: () => true,
 });

@@ -10,16 +10,20 @@ import { durableStoreProvider, settingsProvider, storeProvider } from './idempot
 import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 import { IdempotentRoutesValidator } from './idempotent-routes.validator.js';
+import { IdempotencyStartupReport } from './idempotency-startup.report.js';
+import { IdempotencyContextAccessor } from './context/idempotency-context.accessor.js';
 import { IdempotencyTelemetry } from './telemetry/idempotency-telemetry.js';
 import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
 import { IdempotencyStore } from './stores/idempotency-store.js';
 
 /**
  * Makes handlers safe to retry. Register it once with `forRoot()` or `forRootAsync()`, then mark
- * routes with `@Idempotent()`.
+ * routes with `@Idempotent()`, or pass `protectAllRoutes: true` to protect every POST and PATCH
+ * route (`@SkipIdempotency()` opts one out). At startup it logs one line naming the store, the
+ * durable store, the scope and the policy in use.
  *
  * @example
- * IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(process.env.REDIS_URL!), tenant: (req) => req.headers['x-tenant-id'] as string })
+ * IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(process.env.REDIS_URL!), tenant: fromHeader('x-tenant-id') })
  * @publicApi
  */
 @Module({
@@ -34,6 +38,8 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
     IdempotentRoutesValidator,
+    IdempotencyStartupReport,
+    IdempotencyContextAccessor,
     IdempotencyAdmin,
     apiDocsProvider,
   ],
@@ -47,6 +53,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
     IdempotencyAdmin,
+    IdempotencyContextAccessor,
   ],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

@@ -1,3 +1,4 @@
+import type { ExecutionContext } from '@nestjs/common';
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 import { resolveModuleSettings, resolvePolicy } from './idempotency.options.js';
 import type { IdempotencyPolicyOptions } from './interfaces/idempotency-module-options.interface.js';
@@ -44,6 +45,16 @@ describe('resolvePolicy', () => {
   it('B.9 rule 29: rejects ttlMs < 2 × leaseMs', () => {
     expect(() => resolvePolicy({ ttlMs: 50_000, leaseMs: 30_000 })).toThrow(IdempotencyConfigurationError);
     expect(() => resolvePolicy({ ttlMs: 60_000, leaseMs: 30_000 })).not.toThrow();
+  });
+
+  it('unless set, the heartbeat follows the lease: a third of it', () => {
+    expect(resolvePolicy({}).heartbeatMs).toBe(10_000);
+    expect(resolvePolicy({ leaseMs: 15_000 }).heartbeatMs).toBe(5_000);
+    expect(resolvePolicy({ leaseMs: 6_000 }, { leaseMs: 1_000 }).heartbeatMs).toBe(333);
+    expect(resolvePolicy({ leaseMs: 2 }).heartbeatMs).toBe(1);
+    // Set, it is kept as given (and checked against the lease).
+    expect(resolvePolicy({ heartbeatMs: 2_000 }, { leaseMs: 15_000 }).heartbeatMs).toBe(2_000);
+    expect(() => resolvePolicy({ heartbeatMs: 10_000 }, { leaseMs: 15_000 })).toThrow(/heartbeatMs \(10000\)/);
   });
 
   it('rejects a heartbeat longer than half the lease', () => {
@@ -180,11 +191,16 @@ describe('resolvePolicy', () => {
 });
 
 describe('resolveModuleSettings', () => {
+  /** The default principal reads the request only. */
+  const noContext = undefined as unknown as ExecutionContext;
+
   it('defaults the principal to request.user.id or sub, and the problem base to the example URI', async () => {
     const settings = resolveModuleSettings({});
-    expect(await settings.principal({ headers: {}, method: 'POST', user: { id: 7 } })).toBe('7');
-    expect(await settings.principal({ headers: {}, method: 'POST', user: { sub: 'auth0|x' } })).toBe('auth0|x');
-    expect(await settings.principal({ headers: {}, method: 'POST' })).toBeUndefined();
+    expect(await settings.principal({ headers: {}, method: 'POST', user: { id: 7 } }, noContext)).toBe('7');
+    expect(await settings.principal({ headers: {}, method: 'POST', user: { sub: 'auth0|x' } }, noContext)).toBe(
+      'auth0|x',
+    );
+    expect(await settings.principal({ headers: {}, method: 'POST' }, noContext)).toBeUndefined();
     expect(settings.tenant).toBeUndefined();
     expect(settings.problemTypeBaseUri).toBe('https://api.example.com/problems/');
   });

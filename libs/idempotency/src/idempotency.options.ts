@@ -1,10 +1,10 @@
 import {
-  DEFAULT_HEARTBEAT_MS,
   DEFAULT_LEASE_MS,
   DEFAULT_MAX_FINGERPRINTED_BODY_BYTES,
   DEFAULT_MAX_STORED_RESPONSE_BYTES,
   DEFAULT_PROBLEM_TYPE_BASE_URI,
   DEFAULT_TTL_MS,
+  HEARTBEATS_PER_LEASE,
   IDEMPOTENT_REPLAYED_HEADER,
 } from './idempotency.constants.js';
 import type {
@@ -50,9 +50,11 @@ export interface ResolvedModuleSettings {
   cipher?: IdempotencyCipher;
   /** The 500 problem the engine stores for a key whose outcome is unknown (`staleLock: 'fail'`). */
   outcomeUnknownResponse: () => StoredResponse;
+  /** Global mode: every route in `methods` is protected unless `@SkipIdempotency()`. */
+  protectAllRoutes: boolean;
 }
 
-const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = {
+const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern' | 'heartbeatMs'>> = {
   methods: ['POST', 'PATCH'],
   required: false,
   keySyntax: 'compat',
@@ -66,7 +68,6 @@ const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = 
   storeClientErrors: true,
   ttlMs: DEFAULT_TTL_MS,
   leaseMs: DEFAULT_LEASE_MS,
-  heartbeatMs: DEFAULT_HEARTBEAT_MS,
   staleLock: 'takeover',
   replayHeader: { name: IDEMPOTENT_REPLAYED_HEADER, onFresh: false, format: 'boolean' },
   echoKey: true,
@@ -85,7 +86,10 @@ const principalFromUser: ScopeResolver = (request: IdempotencyHttpRequest) => {
 };
 
 /** Module-wide settings with their defaults. Called once, by the module's provider. */
-export function resolveModuleSettings(options: IdempotencyModuleOptions): ResolvedModuleSettings {
+export function resolveModuleSettings(
+  options: IdempotencyModuleOptions,
+  protectAllRoutes = false,
+): ResolvedModuleSettings {
   const base = options.problemTypeBaseUri ?? DEFAULT_PROBLEM_TYPE_BASE_URI;
   const problemTypeBaseUri = base.endsWith('/') ? base : `${base}/`;
   const problemLanguage = options.problemLanguage ?? 'en';
@@ -99,6 +103,7 @@ export function resolveModuleSettings(options: IdempotencyModuleOptions): Resolv
     policyOptions: options,
     cipher: options.encryption ? new IdempotencyCipher(options.encryption) : undefined,
     outcomeUnknownResponse: () => outcomeUnknownResponse(problemTypeBaseUri, problemLanguage),
+    protectAllRoutes,
   };
 }
 
@@ -141,7 +146,7 @@ export function resolvePolicy(
     storeClientErrors: pick('storeClientErrors'),
     ttlMs: pick('ttlMs'),
     leaseMs: pick('leaseMs'),
-    heartbeatMs: pick('heartbeatMs'),
+    heartbeatMs: routeOptions.heartbeatMs ?? moduleOptions.heartbeatMs ?? heartbeatFor(pick('leaseMs')),
     staleLock: pick('staleLock'),
     replayHeader: {
       ...DEFAULT_POLICY.replayHeader,
@@ -160,6 +165,13 @@ export function resolvePolicy(
   checkNestedOptions(moduleOptions, routeOptions);
   checkDurability(moduleOptions, routeOptions, policy);
   return policy;
+}
+
+/** Unless set, the heartbeat follows the lease: a third of it, so two renewals may fail before it lapses. */
+function heartbeatFor(leaseMs: number): number {
+  return Number.isSafeInteger(leaseMs) && leaseMs > 0
+    ? Math.max(1, Math.floor(leaseMs / HEARTBEATS_PER_LEASE))
+    : leaseMs;
 }
 
 function lowerCased(names: string[]): string[] {

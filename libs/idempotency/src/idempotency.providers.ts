@@ -1,7 +1,7 @@
 import type { Provider } from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { resolveModuleSettings, resolvePolicy } from './idempotency.options.js';
-import { IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
+import { IDEMPOTENCY_PROTECT_ALL_ROUTES, IDEMPOTENCY_SETTINGS } from './idempotency.tokens.js';
 import { IdempotencyConfigurationError } from './errors/idempotency-configuration.error.js';
 import type { IdempotencyModuleOptions } from './interfaces/idempotency-module-options.interface.js';
 import { DurableIdempotencyStore } from './stores/durable-idempotency-store.js';
@@ -32,12 +32,12 @@ export const durableStoreProvider: Provider = {
  */
 export const settingsProvider: Provider = {
   provide: IDEMPOTENCY_SETTINGS,
-  inject: [IDEMPOTENCY_MODULE_OPTIONS],
-  useFactory: (options: IdempotencyModuleOptions) => {
+  inject: [IDEMPOTENCY_MODULE_OPTIONS, { token: IDEMPOTENCY_PROTECT_ALL_ROUTES, optional: true }],
+  useFactory: (options: IdempotencyModuleOptions, protectAllRoutes?: boolean) => {
     const policy = resolvePolicy(options);
     if (policy.durable && !options.durableStore) {
       throw new IdempotencyConfigurationError('`durable` and `transactional` need a `durableStore`.');
     }
-    return resolveModuleSettings(options);
+    return resolveModuleSettings(options, protectAllRoutes === true);
   },
 };

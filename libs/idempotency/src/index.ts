@@ -8,7 +8,8 @@
 
 // The module and its options
 export { IdempotencyModule } from './idempotency.module.js';
-export type { IdempotencyOptionsFactory } from './idempotency.module-definition.js';
+export type { IdempotencyModuleExtras, IdempotencyOptionsFactory } from './idempotency.module-definition.js';
+export { fromClientIp, fromHeader, fromUser } from './http/scope-resolvers.js';
 export type {
   FingerprintOption,
   IdempotencyHttpRequest,
@@ -29,6 +30,8 @@ export type { IdempotencyEncryptionKey, IdempotencyEncryptionOptions } from './s
 export { createIdempotentDecorator, Idempotent } from './decorators/idempotent.decorator.js';
 export { IdempotencyContext } from './decorators/idempotency-context.decorator.js';
 export { IdempotencyOutcome } from './decorators/idempotency-outcome.decorator.js';
+export { SkipIdempotency } from './decorators/skip-idempotency.decorator.js';
+export { IdempotencyContextAccessor } from './context/idempotency-context.accessor.js';
 export { IdempotencyContextRef } from './engine/idempotency-context.js';
 export type { OutcomeOverride } from './engine/outcome-policy.js';
 export { IdempotencyInterceptor, type ResolvedScope } from './http/idempotency.interceptor.js';
@@ -47,6 +50,7 @@ export {
 export { IdempotencyService } from './engine/idempotency.service.js';
 export type { RunRequest, RunResult } from './engine/idempotency-engine.types.js';
 export { IdempotencyRunError, type IdempotencyRunErrorKind } from './errors/idempotency-run.error.js';
+export { IdempotencyProblemFilter } from './http/problem-details.filter.js';
 
 // Errors and the problem responses (RFC 9457)
 export { IdempotencyError } from './errors/idempotency.error.js';

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { currentIdempotencyContext } from '../engine/ambient-idempotency-context.js';
+import { currentIdempotencyContext } from '../context/idempotency-request-context.js';
 
 /** Where the key of an outgoing call came from. */
 export type IdempotencyKeySource =

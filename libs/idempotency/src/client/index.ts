@@ -25,4 +25,4 @@ export { RetryBudget, type RetryBudgetOptions } from './retry-budget.js';
 export { IdempotentRequestError, type IdempotentRequestFailure } from './idempotent-request.error.js';
 export type { IdempotencyKeySource } from './idempotency-key-source.js';
 export type { StopReason } from './retry-policy.js';
-export { currentIdempotencyContext } from '../engine/ambient-idempotency-context.js';
+export { currentIdempotencyContext } from '../context/idempotency-request-context.js';

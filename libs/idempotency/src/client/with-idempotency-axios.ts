@@ -1,4 +1,4 @@
-import { trackIdempotencyContext } from '../engine/ambient-idempotency-context.js';
+import { trackContexts } from '../context/idempotency-request-context.js';
 import { chooseIdempotencyKey, defaultCallName } from './idempotency-key-source.js';
 import {
   resolveClientOptions,
@@ -110,7 +110,7 @@ export function withIdempotencyAxios<T extends AxiosLikeInstance>(
   if (applied.has(instance)) throw new Error('withIdempotencyAxios() was already applied to this axios instance.');
   const resolved = resolveClientOptions(options);
   applied.add(instance);
-  trackIdempotencyContext();
+  trackContexts();
   const retryOrSettle = async (response: CallResponse, config: CallConfig, call: IdempotentCall, error?: CallError) => {
     const decision = call.operation.next({ kind: 'answer', answer: answerOf(response) });
     if (decision.retry) return retry(instance, config, decision.delayMs, resolved);

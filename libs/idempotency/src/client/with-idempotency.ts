@@ -1,4 +1,4 @@
-import { trackIdempotencyContext } from '../engine/ambient-idempotency-context.js';
+import { trackContexts } from '../context/idempotency-request-context.js';
 import { chooseIdempotencyKey, defaultCallName, type IdempotencyKeySource } from './idempotency-key-source.js';
 import {
   resolveClientOptions,
@@ -66,7 +66,7 @@ export type IdempotentFetch = (
  */
 export function withIdempotency(fetchFn: FetchLike = fetch, options: IdempotentClientOptions = {}): IdempotentFetch {
   const resolved = resolveClientOptions(options);
-  trackIdempotencyContext();
+  trackContexts();
   return async (input, init = {}) => {
     const { idempotencyKey, idempotencyKeyName, ...requestInit } = init;
     // One template, cloned per attempt: a body is sent again as it was (a stream is teed).

@@ -1,16 +1,11 @@
 import { createParamDecorator, type ExecutionContext } from '@nestjs/common';
-import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
+import { getIdempotencyContext } from '../context/idempotency-request-context.js';
 
-/** Where the interceptor leaves the context on the request object. */
-export const IDEMPOTENCY_CONTEXT = Symbol.for('idempotency.context');
-
-/** The context of the request, or undefined when it runs without a key. */
-export function getIdempotencyContext(request: object): IdempotencyContextRef | undefined {
-  return (request as Record<symbol, IdempotencyContextRef | undefined>)[IDEMPOTENCY_CONTEXT];
-}
+export { getIdempotencyContext, IDEMPOTENCY_CONTEXT } from '../context/idempotency-request-context.js';
 
 /**
- * Injects the `IdempotencyContextRef` of the current request (undefined without a key).
+ * Injects the `IdempotencyContextRef` of the current request (undefined without a key). Services
+ * the handler calls reach the same context through `IdempotencyContextAccessor`.
  *
  * @example
  * create(@Body() dto: CreateOrderDto, @IdempotencyContext() idem?: IdempotencyContextRef) {

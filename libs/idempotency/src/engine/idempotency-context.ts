@@ -4,7 +4,8 @@ import { derivedKey } from './scoped-key.js';
 
 /**
  * What a handler may know about the claim it runs under (DESIGN "Beyond HTTP"). Obtain it with
- * `@IdempotencyContext()`; it is undefined when the request carries no key on an optional route.
+ * `@IdempotencyContext()` in the handler, or `IdempotencyContextAccessor.get()` in the services it
+ * calls; it is undefined when the request carries no key on an optional route.
  *
  * @publicApi
  */

@@ -4,13 +4,13 @@
  * `RunResult` or an `IdempotencyRunError`.
  */
 import { createHash } from 'node:crypto';
+import { runWithContext } from '../context/idempotency-request-context.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.exceptions.js';
 import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { resolvePolicy, type ResolvedModuleSettings } from '../idempotency.options.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { IdempotencyClaim } from './idempotency-claim.js';
-import { runInIdempotencyContext } from './ambient-idempotency-context.js';
 import { IdempotencyContextRef } from './idempotency-context.js';
 import type {
   BeginRequest,
@@ -120,7 +120,7 @@ export class IdempotencyRunner {
       run: async (manager) => {
         context.attachManager(manager);
         try {
-          outcome = { ok: true, value: await runInIdempotencyContext(context, () => fn(context)) };
+          outcome = { ok: true, value: await runWithContext(context, () => fn(context)) };
         } catch (error) {
           outcome = { ok: false, error };
         }

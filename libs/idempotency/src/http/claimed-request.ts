@@ -8,7 +8,6 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { from, lastValueFrom, type Observable } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
 import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
-import { runInIdempotencyContext } from '../engine/ambient-idempotency-context.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { ExecutionResult, HandlerOutcome } from '../engine/idempotency-engine.types.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
@@ -146,9 +145,7 @@ export function runClaimedRequest(
         // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
         // subscription, and the handler's result must still settle the claim.
         const outcome = await settlement
-          .runHandler(() =>
-            runInIdempotencyContext(idem, () => lastValueFrom(next.handle(), { defaultValue: undefined })),
-          )
+          .runHandler(() => lastValueFrom(next.handle(), { defaultValue: undefined }))
           .then(
             (value): HandlerOutcome => ({ ok: true, value }),
             (error: unknown): HandlerOutcome => ({ ok: false, error }),

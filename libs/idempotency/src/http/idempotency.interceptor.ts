@@ -12,6 +12,7 @@ import {
 } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { of, type Observable } from 'rxjs';
+import { enterRequest, runForRequest } from '../context/idempotency-request-context.js';
 import { IdempotencyService } from '../engine/idempotency.service.js';
 import { IdempotencyRecordUnreadableError } from '../errors/idempotency-record-unreadable.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
@@ -67,6 +68,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const route = this.routes.of(context);
     const request = context.switchToHttp().getRequest<HttpRequest>();
     if (!route || !route.policy.methodSet.has(request.method.toUpperCase())) return next.handle();
+    // Bound twice on the route: the interceptor already handling the request decides; see enterRequest().
+    const entry = enterRequest(request);
+    if (entry === 'nested') return next.handle();
+    if (entry === 'outside') return runForRequest(request, context, () => this.intercept(context, next));
     const { policy } = route;
 
     const parsed = this.getKey(request, policy);

@@ -3,6 +3,8 @@
  * resolved into the scoped key, and the dimensions left out of it, compared through the
  * fingerprint instead.
  */
+import type { ExecutionContext } from '@nestjs/common';
+import { executionContextOf } from '../context/idempotency-request-context.js';
 import { buildScopedKey, type ScopedKey } from '../engine/scoped-key.js';
 import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
 import { routeTemplateOf, type HttpRequest } from './http-request.js';
@@ -32,9 +34,11 @@ export async function resolveScope(
   const operation = policy.operation ?? `${request.method.toUpperCase()} ${routeTemplateOf(request)}`;
   const inScope = policy.scope;
   const anonymous: ('tenant' | 'principal')[] = [];
+  // Resolvers get the route's ExecutionContext too; the interceptor remembered it on the request.
+  const context = executionContextOf(request) as ExecutionContext;
   const fallBack = async (dimension: 'tenant' | 'principal'): Promise<string | undefined> => {
     if (!inScope.includes(dimension)) return undefined;
-    const bucket = settings.anonymousScope ? await settings.anonymousScope(request) : undefined;
+    const bucket = settings.anonymousScope ? await settings.anonymousScope(request, context) : undefined;
     if (bucket !== undefined && bucket !== '') {
       anonymous.push(dimension);
       return bucket;
@@ -44,7 +48,7 @@ export async function resolveScope(
   // Resolvers are usually synchronous (a header, `request.user`): no promise is made for them.
   const resolve = (dimension: 'tenant' | 'principal'): string | undefined | Promise<string | undefined> => {
     const resolver = settings[dimension];
-    const value = resolver ? resolver(request) : undefined;
+    const value = resolver ? resolver(request, context) : undefined;
     if (isPromiseLike(value))
       return Promise.resolve(value).then((v) => (v !== undefined && v !== '' ? v : fallBack(dimension)));
     return value !== undefined && value !== '' ? value : fallBack(dimension);

@@ -8,9 +8,9 @@ import type { ExecutionContext } from '@nestjs/common';
 import type { Reflector } from '@nestjs/core';
 import type { OutcomeOverride } from '../engine/outcome-policy.js';
 import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
-import { IdempotencyOutcomeRoute, IdempotentRoute } from '../idempotency.metadata.js';
+import { IdempotencyOutcomeRoute } from '../idempotency.metadata.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
-import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
+import { protectedRouteOptions } from './route-protection.js';
 
 /** What every request of one route shares, resolved on its first request. */
 export interface RouteState {
@@ -27,7 +27,7 @@ export interface RouteState {
   redirects: boolean;
 }
 
-/** The state of each route, by controller and handler; `null` for a route without `@Idempotent()`. */
+/** The state of each route, by controller and handler; `null` for a route the layer does not protect. */
 export class RouteStates {
   private readonly routes = new WeakMap<object, WeakMap<object, RouteState | null>>();
 
@@ -43,10 +43,7 @@ export class RouteStates {
     if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
     let state = byHandler.get(handler);
     if (state === undefined) {
-      const options: IdempotentOptions | undefined = this.reflector.getAllAndOverride(IdempotentRoute, [
-        handler,
-        controller,
-      ]);
+      const options = protectedRouteOptions(this.reflector, handler, controller, this.settings.protectAllRoutes);
       state = options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
       byHandler.set(handler, state);
     }

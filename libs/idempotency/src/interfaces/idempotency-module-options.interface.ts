@@ -1,3 +1,4 @@
+import type { ExecutionContext } from '@nestjs/common';
 import type { KeySyntax } from '../http/idempotency-key.parser.js';
 import type { JsonFingerprintMode } from '../http/fingerprint/fingerprint.js';
 import type { ScopeDimension } from '../engine/scoped-key.js';
@@ -20,11 +21,20 @@ export type IdempotencyHttpRequest = {
 /**
  * Returns the tenant, the principal or an anonymous bucket of a request. `undefined` means
  * "cannot be resolved": a protected request then fails with 500 (docs/contract.md B.3 rule 13), it never
- * falls back to a global namespace.
+ * falls back to a global namespace. It receives the platform's request and the route's
+ * `ExecutionContext` (for metadata of the handler or its class, as throttler's `getTracker`).
+ * `fromHeader()`, `fromUser()` and `fromClientIp()` build the usual ones.
  *
+ * @example
+ * tenant: fromHeader('x-tenant-id')
+ * @example
+ * tenant: (req, context) => reflector.get(TENANT_FROM_PATH, context.getHandler()) ? String(req.params?.tenantId) : undefined
  * @publicApi
  */
-export type ScopeResolver = (request: IdempotencyHttpRequest) => string | undefined | Promise<string | undefined>;
+export type ScopeResolver = (
+  request: IdempotencyHttpRequest,
+  context: ExecutionContext,
+) => string | undefined | Promise<string | undefined>;
 
 /**
  * How the request fingerprint is computed (docs/contract.md B.4): the built-in canonical fingerprint
@@ -106,7 +116,11 @@ export interface IdempotencyPolicyOptions {
   ttlMs?: number;
   /** How long a claim lives without a heartbeat, in ms (B.9 rule 25). @default 30_000 */
   leaseMs?: number;
-  /** How often a running handler renews its lease, in ms. Must be less than `leaseMs`. @default 10_000 */
+  /**
+   * How often a running handler renews its lease, in ms. At most half of `leaseMs`. Unset, it
+   * follows the lease: a third of `leaseMs` (10_000 for the default 30 s lease).
+   * @default leaseMs / 3
+   */
   heartbeatMs?: number;
   /** What the first request to find a dead lease does: run again (`takeover`) or store a final 500 (`fail`) (B.9 rules 27, 28). @default 'takeover' */
   staleLock?: 'takeover' | 'fail';

@@ -3,6 +3,7 @@
  * `ioredis`, so an application without Redis never loads it.
  */
 export { RedisIdempotencyStore, type RedisIdempotencyStoreOptions } from './redis-idempotency.store.js';
+export type { RedisEvictionPolicyCheck } from './redis-eviction-policy.js';
 export { REDIS_FAIL_FAST_OPTIONS } from './redis-connection.js';
 export { REDIS_STORE_SCRIPTS } from './redis-scripts.js';
 export {

@@ -22,6 +22,11 @@ import {
   checkResponse,
 } from '../stores/store-arguments.js';
 import { ChangeWaiters } from './redis-change-waiters.js';
+import {
+  checkEvictionPolicy,
+  checkEvictionPolicyOption,
+  type RedisEvictionPolicyCheck,
+} from './redis-eviction-policy.js';
 import { closeConnection, commandFailure, describeServer, openConnection } from './redis-connection.js';
 import {
   checkRequest,
@@ -48,6 +53,13 @@ export interface RedisIdempotencyStoreOptions {
    * @default 'idem'
    */
   prefix?: string;
+  /**
+   * When Redis may evict the store's keys (`maxmemory-policy` other than `noeviction`, checked
+   * at startup on every node): `refuse` to start, `warn` and start, or `off` (no check). A
+   * server whose `CONFIG` is denied or renamed gets a warning, never a refusal.
+   * @default 'refuse'
+   */
+  evictionPolicy?: RedisEvictionPolicyCheck;
 }
 
 /** Read once at startup to prove that the server answers and runs the store's scripts. */
@@ -105,6 +117,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
   /** Called before each command: coalesces socket writes on a client the store owns (not on a Cluster). */
   private readonly beforeCommand: () => void;
   private readonly waiters: ChangeWaiters;
+  private readonly evictionPolicy: RedisEvictionPolicyCheck;
   private closed = false;
 
   /**
@@ -118,6 +131,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
       throw new TypeError(`prefix must be a non-empty string without "{" or "}", got ${JSON.stringify(prefix)}`);
     }
     this.prefix = prefix;
+    this.evictionPolicy = checkEvictionPolicyOption(options.evictionPolicy ?? 'refuse');
     this.server = describeServer(client);
     const connection = openConnection(client);
     this.client = connection.client;
@@ -155,6 +169,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
         'fast',
       );
     }
+    await checkEvictionPolicy(this.nodes(), this.server, this.evictionPolicy);
   }
 
   /** Wakes every waiter, closes the subscriber, and closes the main client if the store created it. */
@@ -315,12 +330,16 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
    * the store's own (`INFO` may be denied by the ACL).
    */
   private async serverVersions(): Promise<unknown[]> {
-    const nodes = this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
     try {
-      return await Promise.all(nodes.map((node) => node.eval(VERSION_SCRIPT, 0)));
+      return await Promise.all(this.nodes().map((node) => node.eval(VERSION_SCRIPT, 0)));
     } catch (error) {
       throw this.failure('onModuleInit (server version)', STARTUP_PROBE_ID, error);
     }
+  }
+
+  /** The server, or every master of a Cluster. */
+  private nodes(): Redis[] {
+    return this.client.isCluster ? (this.client as Cluster).nodes('master') : [this.client as Redis];
   }
 
   private keyOf(id: string): string {

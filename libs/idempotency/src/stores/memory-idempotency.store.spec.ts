@@ -108,4 +108,55 @@ describe('MemoryIdempotencyStore', () => {
     await waiting;
     expect((store as unknown as { waiters: Map<string, unknown> }).waiters.size).toBe(0);
   });
+
+  describe('caps (maxEntries, maxBytes)', () => {
+    const response = (bytes: number) => ({ statusCode: 201, headers: {}, body: Buffer.alloc(bytes) });
+    const complete = async (key: string, bytes = 10) => {
+      const claim = request();
+      await store.claim(key, claim);
+      expect(await store.complete(key, claim.ownerToken, response(bytes))).toBe(true);
+    };
+
+    it('rejects caps that are not positive integers', () => {
+      for (const value of [0, -1, 1.5, Number.NaN]) {
+        expect(() => new MemoryIdempotencyStore({ maxEntries: value })).toThrow(RangeError);
+        expect(() => new MemoryIdempotencyStore({ maxBytes: value })).toThrow(RangeError);
+      }
+    });
+
+    it('past maxEntries, evicts completed records oldest first', async () => {
+      store = new MemoryIdempotencyStore({ maxEntries: 3 });
+      for (const key of ['a', 'b', 'c', 'd']) await complete(key);
+      expect(store.size).toBe(3);
+      expect(await store.get('a')).toBeUndefined();
+      expect((await store.get('b'))?.state).toBe('completed');
+      expect(store.evictions).toBe(1);
+    });
+
+    it('never evicts an in-progress record, even when only in-progress records are left', async () => {
+      store = new MemoryIdempotencyStore({ maxEntries: 2 });
+      await store.claim('running-1', request());
+      await complete('done');
+      await store.claim('running-2', request());
+      await store.claim('running-3', request());
+      expect(await store.get('done')).toBeUndefined();
+      for (const key of ['running-1', 'running-2', 'running-3'])
+        expect((await store.get(key))?.state).toBe('in_progress');
+      expect(store.size).toBe(3);
+    });
+
+    it('past maxBytes, evicts completed records until the bytes fit, and counts what it frees', async () => {
+      store = new MemoryIdempotencyStore({ maxBytes: 10_000 });
+      await complete('big-1', 4_000);
+      await complete('big-2', 4_000);
+      expect(store.sizeBytes).toBeGreaterThan(8_000);
+      await complete('big-3', 4_000);
+      expect(await store.get('big-1')).toBeUndefined();
+      expect((await store.get('big-3'))?.response?.body?.length).toBe(4_000);
+      expect(store.sizeBytes).toBeLessThanOrEqual(10_000);
+      await store.forceDelete('big-2', 'any');
+      await store.forceDelete('big-3', 'any');
+      expect(store.sizeBytes).toBe(0);
+    });
+  });
 });

@@ -1,4 +1,4 @@
-import type { OnApplicationShutdown } from '@nestjs/common';
+import { Logger, type OnApplicationShutdown } from '@nestjs/common';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import {
   IdempotencyStore,
@@ -7,6 +7,7 @@ import {
   type ForceDeleteScope,
   type InProgressEntry,
 } from './idempotency-store.js';
+import { positiveInteger, recordBytes } from './memory-store-sizing.js';
 import {
   checkClaimRequest,
   checkDuration,
@@ -28,9 +29,24 @@ export interface MemoryIdempotencyStoreOptions {
    * @default 60_000
    */
   sweepIntervalMs?: number;
+  /**
+   * Most records held. Past it, completed records are evicted, oldest first (their keys are
+   * forgotten: a retry runs the handler again); in-progress records are never evicted, so a
+   * store full of running requests holds more.
+   * @default 100_000
+   */
+  maxEntries?: number;
+  /**
+   * Most bytes held, counting stored response bodies and headers plus a fixed overhead per
+   * record; evicts like `maxEntries`.
+   * @default 134_217_728 (128 MiB)
+   */
+  maxBytes?: number;
 }
 
 const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
+const DEFAULT_MAX_ENTRIES = 100_000;
+const DEFAULT_MAX_BYTES = 128 * 1024 * 1024;
 
 /**
  * The fast-tier contract in one process, with `Date.now()` as its clock: for tests, development
@@ -42,15 +58,23 @@ const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
  * - Expiry is enforced on read; a timer (unref'd, running only while records exist, stopped on
  *   shutdown) sweeps expired records so memory does not grow.
  * - `waitForChange` wakes in-process waiters on `complete`, `release` and `takeOver`.
+ * - Capped (`maxEntries`, `maxBytes`): past a cap, completed records are evicted oldest first,
+ *   with one warning; in-progress records never are.
  *
  * @example
- * IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore({ sweepIntervalMs: 10_000 }) })
+ * IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore({ sweepIntervalMs: 10_000, maxBytes: 32 * 1024 * 1024 }) })
  * @publicApi
  */
 export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplicationShutdown {
   private readonly records = new Map<string, IdempotencyRecord>();
+  /** What each record counts for against `maxBytes`. */
+  private readonly sizes = new Map<string, number>();
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly sweepIntervalMs: number;
+  private readonly maxEntries: number;
+  private readonly maxBytes: number;
+  private bytes = 0;
+  private evicted = 0;
   private sweepTimer?: NodeJS.Timeout;
   private closed = false;
 
@@ -61,6 +85,18 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
       throw new RangeError(`sweepIntervalMs must be a positive number of milliseconds, got ${sweepIntervalMs}`);
     }
     this.sweepIntervalMs = sweepIntervalMs;
+    this.maxEntries = positiveInteger('maxEntries', options.maxEntries ?? DEFAULT_MAX_ENTRIES);
+    this.maxBytes = positiveInteger('maxBytes', options.maxBytes ?? DEFAULT_MAX_BYTES);
+  }
+
+  /** Bytes held, as counted against `maxBytes`. */
+  get sizeBytes(): number {
+    return this.bytes;
+  }
+
+  /** Completed records evicted by the caps since the store was created. */
+  get evictions(): number {
+    return this.evicted;
   }
 
   /** Number of records held, including expired ones not swept yet (for metrics and tests). */
@@ -115,7 +151,7 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
   async release(key: string, ownerToken: string): Promise<boolean> {
     const existing = this.live(key, Date.now());
     if (!ownedInProgress(existing, ownerToken)) return false;
-    this.records.delete(key);
+    this.remove(key);
     this.notify(key);
     return true;
   }
@@ -163,7 +199,7 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
     checkForceDeleteScope(scope);
     const existing = this.live(key, Date.now());
     if (!existing || (scope === 'in-progress' && existing.state !== 'in_progress')) return false;
-    this.records.delete(key);
+    this.remove(key);
     this.notify(key);
     return true;
   }
@@ -201,7 +237,7 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
   private live(key: string, now: number): IdempotencyRecord | undefined {
     const record = this.records.get(key);
     if (record && record.expiresAtMs <= now) {
-      this.records.delete(key);
+      this.remove(key);
       return undefined;
     }
     return record;
@@ -209,7 +245,11 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
 
   /** `record` must not be shared with a caller (pass a fresh object or a copy). */
   private write(key: string, record: IdempotencyRecord): void {
+    const size = recordBytes(key, record);
+    this.bytes += size - (this.sizes.get(key) ?? 0);
+    this.sizes.set(key, size);
     this.records.set(key, record);
+    if (this.records.size > this.maxEntries || this.bytes > this.maxBytes) this.evictCompleted(key);
     if (!this.sweepTimer && !this.closed) {
       this.sweepTimer = setInterval(() => this.sweep(), this.sweepIntervalMs);
       this.sweepTimer.unref();
@@ -219,9 +259,37 @@ export class MemoryIdempotencyStore extends IdempotencyStore implements OnApplic
   private sweep(): void {
     const now = Date.now();
     for (const [key, record] of this.records) {
-      if (record.expiresAtMs <= now) this.records.delete(key);
+      if (record.expiresAtMs <= now) this.remove(key);
     }
     if (this.records.size === 0) this.stopSweeping();
+  }
+
+  private remove(key: string): void {
+    this.bytes -= this.sizes.get(key) ?? 0;
+    this.sizes.delete(key);
+    this.records.delete(key);
+  }
+
+  /**
+   * Evicts completed records, oldest claim first, until both caps hold, sparing `justWritten`:
+   * an in-progress record is a running handler's claim, and forgetting it would let a duplicate run.
+   */
+  private evictCompleted(justWritten: string): void {
+    let evictedNow = 0;
+    for (const [key, record] of this.records) {
+      if (this.records.size <= this.maxEntries && this.bytes <= this.maxBytes) break;
+      if (record.state !== 'completed' || key === justWritten) continue;
+      this.remove(key);
+      evictedNow += 1;
+    }
+    if (evictedNow > 0 && this.evicted === 0) {
+      new Logger('Idempotency').warn(
+        `the memory store reached its cap (maxEntries ${this.maxEntries}, maxBytes ${this.maxBytes}) and evicts ` +
+          'completed records, oldest first: a retry of an evicted key runs the handler again. Raise the caps, or ' +
+          'use a shared store (RedisIdempotencyStore).',
+      );
+    }
+    this.evicted += evictedNow;
   }
 
   private stopSweeping(): void {

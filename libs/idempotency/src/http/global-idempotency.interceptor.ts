@@ -1,0 +1,37 @@
+import { Injectable, type CallHandler, type ExecutionContext, type NestInterceptor } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import { boundIdempotencyInterceptors } from './bound-interceptors.js';
+import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+
+/**
+ * The global mode's interceptor (`IdempotencyModule.forRoot({ protectAllRoutes: true })`,
+ * registered as `APP_INTERCEPTOR`): hands every HTTP request to the module's
+ * `IdempotencyInterceptor`, which protects each route in `methods` unless `@SkipIdempotency()`.
+ * A route that binds an idempotency interceptor of its own (`@Idempotent()`, a subclass through
+ * `createIdempotentDecorator()`) is left to it, so its hooks and options decide and the key is
+ * claimed once.
+ */
+@Injectable()
+export class GlobalIdempotencyInterceptor implements NestInterceptor {
+  private readonly bindsItsOwn = new WeakMap<object, WeakMap<object, boolean>>();
+
+  constructor(private readonly interceptor: IdempotencyInterceptor) {}
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
+    if (context.getType() !== 'http' || this.routeBindsItsOwn(context)) return next.handle();
+    return this.interceptor.intercept(context, next);
+  }
+
+  private routeBindsItsOwn(context: ExecutionContext): boolean {
+    const handler = context.getHandler();
+    const controller = context.getClass();
+    let byHandler = this.bindsItsOwn.get(controller);
+    if (!byHandler) this.bindsItsOwn.set(controller, (byHandler = new WeakMap()));
+    let own = byHandler.get(handler);
+    if (own === undefined) {
+      own = boundIdempotencyInterceptors(handler, controller).length > 0;
+      byHandler.set(handler, own);
+    }
+    return own;
+  }
+}
