@@ -22,7 +22,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { promisify, stripVTControlCharacters } from 'node:util';
 import { CONSUMER_MAIN_TS, CONSUMER_TSCONFIG, CONSUMERS, consumerPackageJson, README_INSTALLS } from './consumers.mjs';
 import { inspectTarball } from './inspect-tarball.mjs';
 import { answers, freePort, startApp, startPrivateRedis, startProcess } from './processes.mjs';
@@ -240,7 +240,7 @@ for (const node of runtimes) {
           ({ stdout, stderr }) => ({ ok: true, text: `${stdout}${stderr}` }),
           (error) => ({ ok: false, text: failureText(error) }),
         );
-        const counted = /Tests:\s+(\d+) passed|Tests\s+(\d+) passed/.exec(result.text.replace(/\x1b\[[0-9;]*m/g, ''));
+        const counted = /Tests:\s+(\d+) passed|Tests\s+(\d+) passed/.exec(stripVTControlCharacters(result.text));
         const passed = Number(counted?.[1] ?? counted?.[2] ?? 0);
         check(
           result.ok && passed > 0,

@@ -107,7 +107,7 @@ async function bootstrap(): Promise<void> {
 void bootstrap();
 `;
 
-/** Jest as the Nest 11 starter configures it (package.json "jest", test/jest-e2e.json). */
+/** Jest as the Nest 11 starter configures it: package.json "jest", and the e2e config under test/. */
 const JEST_UNIT = {
   moduleFileExtensions: ['js', 'json', 'ts'],
   rootDir: 'src',

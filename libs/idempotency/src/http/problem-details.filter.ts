@@ -7,8 +7,6 @@ import { IdempotencyProblemException } from '../errors/idempotency.exceptions.js
  * Writes the library's own errors as RFC 9457 problems with their headers. `@Idempotent()`
  * binds it to the route, where it takes precedence over the application's global filters, so
  * the contract's bodies and headers reach the client unchanged.
- *
- * @publicApi
  */
 @Catch(IdempotencyProblemException)
 @Injectable()
