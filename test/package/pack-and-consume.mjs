@@ -177,9 +177,13 @@ await Promise.all(
     const compiled = await run(process.execPath, [tsc, ...(builds ? [] : ['--noEmit']), '-p', 'tsconfig.json'], {
       cwd: dir,
     }).then(() => '', failureText);
+    const runner = ['jest', 'vitest'].find((name) => app.starter?.packageJson.devDependencies[name]);
+    const runnerVersion = runner
+      ? `, ${runner} ${JSON.parse(await readFile(join(dir, 'node_modules', runner, 'package.json'), 'utf8')).version}`
+      : '';
     const what = app.consumer
       ? `${app.name} (${app.consumer.moduleType}, skipLibCheck: false): tsc builds the app and the README example`
-      : `${app.starter.what}: tsc with its own tsconfig`;
+      : `${app.starter.what}: tsc with its own tsconfig${runnerVersion}`;
     check(compiled === '', `${what} (TypeScript ${typescript}, @nestjs/core ${nest})`, compiled);
   }),
 );
