@@ -1,9 +1,8 @@
 // `npm run build` (and `prepack`): a clean dist/ with the two faces of the package
 // (docs/packaging.md):
 //   dist/cjs/  the implementation, CommonJS, with declarations and source maps, compiled by tsc
-//              from src/ as Node's CommonJS (module nodenext, src/ marked "type": "commonjs" for
-//              the compile), so the compiler refuses anything ESM-only (import.meta, top-level
-//              await) and resolves every import as require() will;
+//              from src/ with module commonjs (tsconfig.build.json), so the compiler refuses
+//              anything ESM-only (import.meta, top-level await);
 //   dist/esm/  one ES module per entry point that re-exports dist/cjs by name, with a declaration
 //              that re-exports its types: an app that loads the package both ways gets one copy.
 // The entry points come from scripts/entry-points.mjs; package.json's exports must match them.
@@ -25,16 +24,10 @@ if (stale.length > 0) {
 const dist = join(LIBRARY_ROOT, 'dist');
 rmSync(dist, { recursive: true, force: true });
 
-// --- dist/cjs: tsc, with src/ read as CommonJS for the length of the compile ---------------------
+// --- dist/cjs: tsc --------------------------------------------------------------------------------
 const require = createRequire(import.meta.url);
 const tsc = require.resolve('typescript/bin/tsc');
-const dialectMarker = join(LIBRARY_ROOT, 'src/package.json');
-writeFileSync(dialectMarker, '{ "type": "commonjs" }\n');
-try {
-  execFileSync(process.execPath, [tsc, '-p', join(LIBRARY_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
-} finally {
-  rmSync(dialectMarker, { force: true });
-}
+execFileSync(process.execPath, [tsc, '-p', join(LIBRARY_ROOT, 'tsconfig.build.json')], { stdio: 'inherit' });
 writeFileSync(join(dist, 'cjs/package.json'), '{ "type": "commonjs" }\n');
 
 // --- dist/esm: a named re-export per entry point ------------------------------------------------
