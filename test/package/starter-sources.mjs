@@ -21,10 +21,14 @@ ${suffix}`;
 
 export const APP_MODULE = (ext) => `import { Module } from '@nestjs/common';
 import { IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
+import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { OrdersController } from './orders.controller${ext}';
 
+// A subpath entry point too: with "module": "commonjs" (node10) its types come from typesVersions.
+const store = process.env.REDIS_URL ? new RedisIdempotencyStore(process.env.REDIS_URL) : new MemoryIdempotencyStore();
+
 @Module({
-  imports: [IdempotencyModule.forRoot({ store: new MemoryIdempotencyStore(), scope: ['operation'] })],
+  imports: [IdempotencyModule.forRoot({ store, scope: ['operation'] })],
   controllers: [OrdersController],
 })
 export class AppModule {}
