@@ -1,5 +1,6 @@
 # The orders service. Build: docker build -t orders .   Run: see docker-compose.yml
-FROM node:20-alpine AS build
+# Node.js 24, the active LTS: the runtime the project develops, tests and benchmarks on.
+FROM node:24-alpine AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # The library is an npm workspace: npm ci links it into node_modules/nestjs-idempotency.
@@ -10,7 +11,7 @@ COPY apps ./apps
 COPY libs ./libs
 RUN npm run build && npm prune --omit=dev
 
-FROM node:20-alpine
+FROM node:24-alpine
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/package.json ./

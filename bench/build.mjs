@@ -56,3 +56,16 @@ export async function buildBench(name, include) {
   await rm(join(distDir, 'node_modules'), { recursive: true, force: true });
   return distDir;
 }
+
+/**
+ * Node.js 24, the project's runtime, for the bench servers (BENCH_NODE picks another version spec,
+ * e.g. `BENCH_NODE=22`): a binary from the npm registry (test/package/node-binaries.mjs), handed to
+ * the driver in BENCH_SERVER_NODE, with which bench/driver/servers.ts forks every server.
+ */
+export async function useBenchServerNode() {
+  const { nodeBinary } = await import('../test/package/node-binaries.mjs');
+  const binary = await nodeBinary(process.env.BENCH_NODE ?? '24');
+  process.env.BENCH_SERVER_NODE = binary;
+  const { stdout } = await promisify(execFile)(binary, ['--version']);
+  console.log(`[bench] servers run on Node.js ${stdout.trim()} (${binary})`);
+}

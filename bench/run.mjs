@@ -2,8 +2,9 @@
 // bench/build.mjs), then runs the driver. See bench/README.md.
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { buildBench, repoRoot } from './build.mjs';
+import { buildBench, repoRoot, useBenchServerNode } from './build.mjs';
 
+await useBenchServerNode();
 const distDir = await buildBench('bench', 'bench/**/*.ts');
 const { runBench } = await import(pathToFileURL(join(distDir, 'bench/driver/main.js')).href);
 await runBench({

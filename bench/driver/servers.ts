@@ -45,6 +45,8 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
       REDIS_URL: config.redisUrl,
       BENCH_REDIS_PREFIX: config.redisPrefix,
     },
+    // Node.js 24 when started by npm run bench / bench:profile (bench/build.mjs useBenchServerNode).
+    execPath: process.env.BENCH_SERVER_NODE ?? process.execPath,
     execArgv: process.env.BENCH_SERVER_NODE_OPTIONS?.split(' ').filter(Boolean) ?? [],
     stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
   });

@@ -3,20 +3,21 @@
 // the way the README says and use it the way its example does.
 
 /**
- * The README's two install commands, with the tarball in place of the package name:
- * `npm install nestjs-idempotency ioredis` (ioredis 6, the current major) and the one for ioredis 5.
+ * The README's install commands, with the tarball in place of the package name: the default one
+ * (ioredis 6), and the one for apps that also use TypeORM (typeorm 1.1 peers on ioredis ^5).
  */
 export const README_INSTALLS = {
-  ioredis6: ['nestjs-idempotency', 'ioredis'],
-  ioredis5: ['nestjs-idempotency', 'ioredis@5'],
+  default: ['nestjs-idempotency', 'ioredis'],
+  withTypeorm: ['nestjs-idempotency', 'ioredis@5', 'typeorm'],
 };
 
-/** Each consumer: its module system, the Nest major it is built on, and the README command it runs. */
+/**
+ * Each consumer: its module system, the Nest major it is built on, and the README command it runs.
+ * The Nest 11 apps and the Nest 12 starter are in starters.mjs, with their own test runners.
+ */
 export const CONSUMERS = [
-  { name: 'nest12-esm', moduleType: 'module', nest: '^12.0.0', install: README_INSTALLS.ioredis5 },
-  { name: 'nest12-cjs', moduleType: 'commonjs', nest: '^12.0.0', install: README_INSTALLS.ioredis5 },
-  { name: 'nest11-cjs', moduleType: 'commonjs', nest: '^11.0.0', install: README_INSTALLS.ioredis5 },
-  { name: 'nest12-esm-ioredis6', moduleType: 'module', nest: '^12.0.0', install: README_INSTALLS.ioredis6 },
+  { name: 'nest12-esm', moduleType: 'module', nest: '^12.0.0', install: README_INSTALLS.default },
+  { name: 'nest12-cjs-typeorm', moduleType: 'commonjs', nest: '^12.0.0', install: README_INSTALLS.withTypeorm },
 ];
 
 /** package.json of a consumer before the README's install command runs. */

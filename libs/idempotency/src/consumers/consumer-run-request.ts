@@ -6,8 +6,6 @@ import type { ConsumerIdempotencyOptions } from './idempotent-consumer.options.j
  * The `IdempotencyService.run()` request of one message: the consumer as the operation, the
  * message's key, fingerprint and tenant. Throws `IdempotentConsumerKeyError` when the message
  * has no key. Shared by the adapters (microservice interceptor, BullMQ processor).
- *
- * @publicApi
  */
 export function consumerRunRequest<TMessage, TArgs extends unknown[]>(
   options: ConsumerIdempotencyOptions<TMessage, TArgs>,

@@ -1,7 +1,7 @@
 import { Reflector } from '@nestjs/core';
 import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js';
 
-/** Metadata key of `@IdempotentConsumer()`. @publicApi */
+/** Metadata key of `@IdempotentConsumer()`. */
 export const IDEMPOTENT_CONSUMER_METADATA = 'idempotency:consumer';
 
 /**

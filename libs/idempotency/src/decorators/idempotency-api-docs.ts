@@ -7,11 +7,14 @@ type Swagger = Pick<typeof import('@nestjs/swagger'), 'ApiHeader' | 'ApiResponse
 
 /**
  * The module `specifier`, or undefined when it is not installed (an optional peer). Any other
- * failure to load it is a broken install and is thrown. @internal
+ * failure to load it is a broken install and is thrown. The published build is CommonJS and loads
+ * it with `require()`: Jest's CommonJS runtime (a Nest 11 app's tests) has no `import()`. The same
+ * source run as an ES module (the repository's tests) has no `require` and uses `import()`. @internal
  */
 export async function importOptional<T>(specifier: string): Promise<T | undefined> {
   try {
-    return (await import(specifier)) as T;
+    // eslint-disable-next-line @typescript-eslint/no-require-imports -- the CommonJS build's loader, see above
+    return typeof require === 'function' ? (require(specifier) as T) : ((await import(specifier)) as T);
   } catch (error) {
     const code = (error as { code?: unknown }).code;
     const missing =
@@ -22,10 +25,10 @@ export async function importOptional<T>(specifier: string): Promise<T | undefine
 }
 
 /**
- * `@nestjs/swagger` when the application has it. Loaded with `import()` and never awaited at the
+ * `@nestjs/swagger` when the application has it. Loaded by `importOptional()`, never awaited at the
  * top level: a top-level `await` anywhere in the graph would stop CommonJS applications from
- * `require()`-ing the library (ERR_REQUIRE_ASYNC_MODULE). `require()` cannot stand in: it fails
- * for an ES module under Jest. The decorators wait for it instead (see `idempotencyApiDocs`).
+ * `require()`-ing the library (ERR_REQUIRE_ASYNC_MODULE). The decorators wait for it instead (see
+ * `idempotencyApiDocs`).
  */
 const swaggerLoading: Promise<Swagger | undefined> = importOptional<Swagger>('@nestjs/swagger');
 // A broken install is reported by whenApiDocsApplied(), which the module awaits at startup.

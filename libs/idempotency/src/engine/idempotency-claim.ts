@@ -32,8 +32,6 @@ const MAX_PENDING_RENEWALS = 2;
  * A claim this process holds on a record. While it lives, a heartbeat renews the lease in each
  * tier; once the authoritative store refuses a renewal, the claim is `lost` and the engine will
  * not complete it.
- *
- * @publicApi
  */
 export class IdempotencyClaim {
   /** The pending beat of each tier. */

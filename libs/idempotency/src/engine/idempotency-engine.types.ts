@@ -14,8 +14,6 @@ import type { ScopedKey } from './scoped-key.js';
  * Who a key belongs to and what it protects, for metrics, spans and logs only (never part of the
  * record's identity). The operation is a route template or a consumer name, so it is safe as a
  * metric attribute; the tenant goes into spans and logs, never into metric attributes.
- *
- * @publicApi
  */
 export interface TelemetryLabels {
   operation: string;
@@ -39,8 +37,6 @@ export interface BeginRequest {
  * - `in-progress`: the original still runs under a live lease;
  * - `replay-unavailable`: completed, but the body was not stored;
  * - `outcome-unknown`: a dead lease under `staleLock: 'fail'`; the 500 is now the stored result.
- *
- * @publicApi
  */
 export type BeginResult =
   | { kind: 'claimed'; claim: IdempotencyClaim }
@@ -91,8 +87,6 @@ export type HandlerOutcome = { ok: true; value: unknown } | { ok: false; error: 
  * e.g. the client went away), and which outcome was forced. The response may be complete before
  * the handler settles (a handler that writes the response itself and then waits for it), so
  * `response` gets the handler's outcome as a promise, and `override` gets it only if it settled.
- *
- * @publicApi
  */
 export interface Execution {
   run(manager: unknown): Promise<HandlerOutcome>;
@@ -104,8 +98,6 @@ export interface Execution {
  * The result of `execute`: `sent` (the response stands), `replaced` (it must not be sent: the
  * transaction did not commit, send `response` instead), or `not-run` (the claim was lost before
  * the handler started; `response` is the answer).
- *
- * @publicApi
  */
 export type ExecutionResult =
   | { kind: 'sent' }

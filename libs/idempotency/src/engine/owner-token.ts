@@ -12,7 +12,6 @@ let poolOffset = pool.length;
  * a guess or a collision between two claims practically impossible.
  *
  * @returns 22 base64url characters (16 random bytes, unpadded).
- * @publicApi
  */
 export function newOwnerToken(): string {
   if (poolOffset === pool.length) {
@@ -28,8 +27,6 @@ export function newOwnerToken(): string {
  * Compares two owner tokens in constant time, so a caller that can submit tokens cannot learn
  * a stored one byte by byte from response timings. Tokens of different lengths are unequal;
  * their length is not secret (every token is 22 characters).
- *
- * @publicApi
  */
 export function sameToken(a: string, b: string): boolean {
   const left = Buffer.from(a, 'utf8');

@@ -11,8 +11,6 @@ export type ScopeDimension = 'tenant' | 'principal' | 'operation';
  * Everything that may identify a record. Dimensions left out of the configured scope are
  * ignored here (with `scope: ['tenant']` the principal and operation go into the fingerprint
  * instead, docs/contract.md B.3 rule 12).
- *
- * @publicApi
  */
 export interface ScopeParts {
   /** `METHOD + route template` by default, or the handler's `operation` override. */
@@ -33,8 +31,6 @@ export interface ScopeParts {
 
 /**
  * The identity of one record.
- *
- * @publicApi
  */
 export interface ScopedKey {
   /**
@@ -87,7 +83,6 @@ const ID_HEX_CHARS = 32;
  *   'tenant', 'principal', 'operation',
  * ]);
  * await store.claim(scoped.id, claim);
- * @publicApi
  */
 export function buildScopedKey(parts: ScopeParts, scope: readonly ScopeDimension[]): ScopedKey {
   for (const dimension of scope) {
@@ -133,7 +128,6 @@ export function buildScopedKey(parts: ScopeParts, scope: readonly ScopeDimension
  *
  * @example
  * await stripe.paymentIntents.create(params, { idempotencyKey: derivedKey(scoped, 'charge') });
- * @publicApi
  */
 export function derivedKey(scoped: ScopedKey, name: string): string {
   const digest = createHash('sha256')

@@ -18,8 +18,6 @@ export type KeySyntax = 'compat' | 'sf-string';
 
 /**
  * The constraints a received key must meet (docs/contract.md B.2 rules 5 and 6).
- *
- * @publicApi
  */
 export interface KeyRules {
   /** Accepted field syntax. */
@@ -45,8 +43,6 @@ export interface KeyRules {
  * - `empty`: an empty field value, or the empty string `""`.
  * - `too_long` / `too_short`: the length bounds of {@link KeyRules}.
  * - `pattern`: {@link KeyRules.keyPattern} did not match.
- *
- * @publicApi
  */
 export type InvalidKeyReason = 'syntax' | 'empty' | 'too_long' | 'too_short' | 'pattern';
 
@@ -97,7 +93,6 @@ const BACKSLASH = 0x5c;
  * @example
  * parseIdempotencyKey('"8e03978e-40d5"', rules); // { kind: 'valid', key: '8e03978e-40d5' }
  * parseIdempotencyKey(['"a"', '"b"'], rules);     // { kind: 'invalid', reason: 'syntax' }
- * @publicApi
  */
 export function parseIdempotencyKey(field: string | string[] | undefined, rules: KeyRules): ParsedKey {
   const value = combineFieldLines(field);

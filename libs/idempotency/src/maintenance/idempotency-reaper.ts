@@ -20,8 +20,6 @@ const MAX_BATCHES_PER_SWEEP = 100;
  * anyway (docs/contract.md B.10 rule 30): the reaper only reclaims space. Safe on many instances: the
  * store's `deleteExpired` skips rows another instance is deleting. Enabled by the module's
  * `reaper` option; `sweep()` can also be called from your own scheduler.
- *
- * @publicApi
  */
 @Injectable()
 export class IdempotencyReaper implements OnApplicationBootstrap, OnApplicationShutdown {

@@ -64,7 +64,6 @@ export function isSealedBody(body: Buffer | undefined): boolean {
  * const cipher = new IdempotencyCipher({ keys: [{ id: 'k1', key: randomBytes(32) }], activeKeyId: 'k1' });
  * const sealed = cipher.seal(scoped.id, response);
  * cipher.open(scoped.id, sealed); // equal to response
- * @publicApi
  */
 export class IdempotencyCipher {
   private readonly keys = new Map<string, Buffer>();

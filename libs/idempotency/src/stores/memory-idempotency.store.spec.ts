@@ -1,7 +1,7 @@
 import { MemoryIdempotencyStore } from './memory-idempotency.store.js';
 import type { ClaimRequest } from './idempotency-store.js';
 
-/** The contract itself is tested in test/idempotency/stores.e2e-spec.ts; these are memory-only concerns. */
+/** The contract itself is tested in libs/idempotency/test/stores.e2e-spec.ts; these are memory-only concerns. */
 
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
 let counter = 0;

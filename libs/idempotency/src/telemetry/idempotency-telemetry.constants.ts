@@ -6,13 +6,12 @@
  * `idempotency_store_duration_bucket` / `_sum` / `_count` (the unit is in `# UNIT`, not the name).
  */
 
-import { createRequire } from 'node:module';
-
 /**
- * The library's own package.json (the same relative path from src/ and from dist/). Read with
- * `require()`: a JSON import would need import attributes, and an awaited read a top-level await.
+ * The package's name and version. Literals rather than a read of package.json: the same source
+ * runs as CommonJS (dist/cjs) and as an ES module (the repository's tests), and neither `require`
+ * nor `import.meta` exists in both. idempotency-telemetry.spec.ts keeps them equal to package.json.
  */
-const manifest = createRequire(import.meta.url)('../../package.json') as { name: string; version: string };
+const manifest = { name: 'nestjs-idempotency', version: '0.1.0' } as const;
 
 /** Instrumentation scope of the meter and the tracer: the package name, `nestjs-idempotency`. @publicApi */
 export const IDEMPOTENCY_INSTRUMENTATION_SCOPE: string = manifest.name;

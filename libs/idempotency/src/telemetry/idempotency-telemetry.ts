@@ -30,8 +30,6 @@ const UNKNOWN_OPERATION = 'unknown';
  * Spans are children of the active context, so they nest under the request's span when the app
  * has HTTP instrumentation. Nothing recorded here carries a raw key: logs and spans get the
  * scoped key's id (a hash), metrics only the operation, tier and outcome.
- *
- * @publicApi
  */
 @Injectable()
 export class IdempotencyTelemetry implements OnApplicationBootstrap {

@@ -9,7 +9,7 @@ import { SHORT_MS, type StoreSuite } from './store-contract/store-suite.js';
 import { describeInspection, describeWaitForChange } from './store-contract/wait-inspect.cases.js';
 
 /**
- * The fast-tier contract (`IdempotencyStore`, docs/durability.md "The record and its states"), as a suite any
+ * The fast-tier contract (`IdempotencyStore`, stores/idempotency-store.ts), as a suite any
  * implementation must pass. Real timers and short TTLs: expiry and leases are measured by the
  * store's own clock (Redis `TIME` for Redis), never faked.
  *

@@ -21,7 +21,6 @@ const MAX_JSON_DEPTH = 1000;
  *   containers nest deeper than 1000 levels, or in `jcs` mode when a number overflows a double.
  * @example
  * canonicalizeJson('{ "b": 1.0, "a": [true] }', 'lossless'); // '{"a":[true],"b":1.0}'
- * @publicApi
  */
 export function canonicalizeJson(text: string, mode: 'lossless' | 'jcs'): string {
   return new JsonCanonicalizer(text, mode === 'jcs').run();

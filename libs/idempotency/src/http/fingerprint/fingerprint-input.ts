@@ -20,8 +20,6 @@ export type JsonFingerprintMode = 'lossless' | 'jcs' | 'raw-bytes';
 /**
  * A file an upload interceptor (multer's `FileInterceptor` and the like) took out of a
  * multipart body, as it enters the fingerprint (docs/contract.md B.4 rule 15).
- *
- * @publicApi
  */
 export interface UploadedFileDigest {
   /** The form field the file was sent in. */
@@ -39,8 +37,6 @@ export interface UploadedFileDigest {
 /**
  * A body whose raw bytes are gone, as the layers before the interceptor left it: the parsed
  * fields (`request.body`) and the files an upload interceptor stored.
- *
- * @publicApi
  */
 export interface ParsedRequestBody {
   /** `request.body`: strings, numbers, booleans, null, buffers, arrays and plain objects. */
@@ -51,8 +47,6 @@ export interface ParsedRequestBody {
 
 /**
  * The parts of a request that decide whether a retry is "the same request" (docs/contract.md B.4 rule 14).
- *
- * @publicApi
  */
 export interface FingerprintInput {
   /** HTTP method as received (methods are case-sensitive, RFC 9110 §9.1). */

@@ -53,7 +53,6 @@ const FINGERPRINT_VERSION = 'idempotency-fingerprint/v1';
  *   method: 'POST', routeTemplate: '/orders', pathParams: {}, query: req.url.split('?')[1] ?? '',
  *   contentType: req.headers['content-type'], body: rawBody,
  * });
- * @publicApi
  */
 export async function computeFingerprint(input: FingerprintInput): Promise<string> {
   const mediaType = mediaTypeEssence(input.contentType);
