@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyAdmin } from './admin/idempotency-admin.service.js';
 import { apiDocsProvider } from './decorators/idempotency-api-docs.js';
+import { ConsumerSettlements } from './consumers/consumer-settlements.js';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './maintenance/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './http/problem-details.filter.js';
@@ -34,6 +35,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
     IdempotentRoutesValidator,
+    ConsumerSettlements,
     IdempotencyAdmin,
     apiDocsProvider,
   ],
@@ -47,6 +49,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyProblemFilter,
     IdempotencyTelemetry,
     IdempotencyAdmin,
+    ConsumerSettlements,
   ],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}
