@@ -153,7 +153,8 @@ export const amqplibChannel: StartChargeAdapter = async ({ redelivery, probe, co
     channel = await connection.createConfirmChannel();
     channel.on('error', () => undefined);
     channel.on('close', () => {
-      if (!closing) void consume();
+      // The connection may be closing too: then there is nothing to consume on.
+      if (!closing) consume().catch(() => undefined);
     });
     await channel.assertQueue(queue, { durable: true, arguments: amqpQueueArguments(redelivery) });
     await channel.prefetch(4);
