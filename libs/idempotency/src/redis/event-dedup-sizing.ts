@@ -42,7 +42,7 @@ export interface EventDedupSizing {
   bucketFalsePositiveRate: number;
   /** The false-positive rate of a check when every bucket it reads is full: at most the configured one. */
   falsePositiveRate: number;
-  /** Memory of the live bitmaps, in bytes (`bucketsChecked × m / 8`). */
+  /** Memory of the live bitmaps, in bytes, at most (`bucketsChecked × m / 8`; the next bucket's exists only under clock skew). */
   bytes: number;
   /** `bytes` per id remembered over one window. */
   bytesPerEvent: number;

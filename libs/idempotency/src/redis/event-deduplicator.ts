@@ -43,8 +43,8 @@ type DedupCommand = (numberOfKeys: number, ...keysAndArgs: (string | number)[]) 
  *   rate): ask the exact check.
  * Instances whose clocks differ by up to half a bucket agree: a check also reads the next
  * bucket, and the buckets span half a bucket more than the window.
- * A filter never loses an event: it can only send a new one to the exact check. Memory is
- * `sizing.bytes` whatever the traffic (a bucket above its expected load errs more often).
+ * A filter never loses an event: it can only send a new one to the exact check. Memory is at
+ * most `sizing.bytes` whatever the traffic (a bucket above its expected load errs more often).
  * All keys of one deduplicator share a hash tag: on a Redis Cluster it lives on one node; split
  * a bigger stream over several deduplicators (e.g. one per partition) to spread it.
  *
