@@ -56,8 +56,9 @@ async function falsePositives(redis: Redis, totalIds: number) {
     clock: clock.now,
   });
   const { sizing } = dedup;
-  // Every bitmap a check reads is full once bucketsChecked buckets of time have passed.
-  const steadyFrom = Math.ceil(((sizing.bucketsChecked * sizing.bucketMs) / 1000) * RATE);
+  // Every bitmap a check reads is full once the current and `buckets` older buckets of time have
+  // passed (the next bucket, read for clock skew, stays empty: this stream has one clock).
+  const steadyFrom = Math.ceil((((sizing.buckets + 1) * sizing.bucketMs) / 1000) * RATE);
   let steadyChecks = 0;
   let steadyFalse = 0;
   let allFalse = 0;
@@ -79,7 +80,12 @@ async function falsePositives(redis: Redis, totalIds: number) {
   // Bytes per id: the live bitmaps (MEMORY USAGE) over the ids they hold.
   const keys = dedup.keysAt(clock.peek());
   let bitmapBytes = 0;
-  for (const key of keys) bitmapBytes += Number((await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
+  let liveBitmaps = 0;
+  for (const key of keys) {
+    const bytes = Number((await redis.call('MEMORY', 'USAGE', key, 'SAMPLES', '0')) ?? 0);
+    bitmapBytes += bytes;
+    if (bytes > 0) liveBitmaps += 1;
+  }
   const currentBucketStart = Math.floor(clock.peek() / sizing.bucketMs) * sizing.bucketMs;
   const idsInLiveBuckets = Math.min(
     totalIds,
@@ -92,7 +98,7 @@ async function falsePositives(redis: Redis, totalIds: number) {
     observedFalsePositiveRate: allFalse / totalIds,
     steadyStateChecks: steadyChecks,
     steadyStateFalsePositiveRate: steadyChecks > 0 ? steadyFalse / steadyChecks : undefined,
-    liveBitmaps: keys.length,
+    liveBitmaps,
     bitmapBytes,
     idsInLiveBitmaps: idsInLiveBuckets,
     bytesPerIdMeasured: bitmapBytes / idsInLiveBuckets,

@@ -8,7 +8,7 @@ import {
   MemoryIdempotencyStore,
   type IdempotencyStore,
 } from 'nestjs-idempotency';
-import { idempotentProcessor } from 'nestjs-idempotency/bullmq';
+import { idempotentProcessor, isIdempotentJobResultUnavailable } from 'nestjs-idempotency/bullmq';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { sleep } from '../support/timing.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
@@ -45,6 +45,8 @@ describe.each<[string, (url: string) => IdempotencyStore]>([
   const runs = new Map<string, number>();
   const gates = new Map<string, Promise<void>>();
   const failures = new Map<string, Error[]>();
+  /** What the handler returns for an event, instead of its usual value. */
+  const values = new Map<string, unknown>();
   let processor: ReturnType<typeof idempotentProcessor<Job<OrderCreated>>>;
 
   beforeAll(async () => {
@@ -61,6 +63,7 @@ describe.each<[string, (url: string) => IdempotencyStore]>([
         await gates.get(key);
         const failure = failures.get(key)?.shift();
         if (failure) throw failure;
+        if (values.has(key)) return values.get(key);
         return { sent: job.data.orderId, byJob: job.id, derived: idem.derivedKey('smtp') };
       },
     );
@@ -124,6 +127,31 @@ describe.each<[string, (url: string) => IdempotencyStore]>([
     expect(failed.attemptsMade).toBe(2);
     expect(failed.failedReason).toMatch(/replayed-failure/);
     expect(runs.get(eventId)).toBe(1);
+  });
+
+  it('a job whose effect happened but whose result cannot be stored completes with a marker and a log line (not failed, nothing to re-enqueue); the same event enqueued again completes the same way without running', async () => {
+    const eventId = randomUUID();
+    const failedBefore = await queue.getFailedCount();
+    values.set(eventId, { sent: 'o-7', totalCents: 1250n });
+    const job = await add({ eventId, orderId: 'o-7' }, { attempts: 3 });
+    const done = await waitForState(queue, job.id!, ['completed']);
+    expect(done.returnvalue).toEqual({
+      idempotencyResult: 'unavailable',
+      reason: 'result-unencodable',
+      detail: expect.stringMatching(/cannot be stored as JSON/),
+    });
+    expect(isIdempotentJobResultUnavailable(done.returnvalue)).toBe(true);
+    expect(done.attemptsMade).toBe(1);
+    expect((await queue.getJobLogs(job.id!)).logs).toEqual([
+      expect.stringMatching(
+        /^mailer\.order-created: completed; its effect happened, but its result is not stored \(result-unencodable\): do not enqueue it again$/,
+      ),
+    ]);
+    const again = await add({ eventId, orderId: 'o-7' }, { attempts: 3 });
+    const replayed = await waitForState(queue, again.id!, ['completed']);
+    expect(replayed.returnvalue).toMatchObject({ idempotencyResult: 'unavailable', reason: 'replay-unavailable' });
+    expect(runs.get(eventId)).toBe(1);
+    expect(await queue.getFailedCount()).toBe(failedBefore);
   });
 
   it('a job without a key fails at once (UnrecoverableError), whatever its attempts', async () => {

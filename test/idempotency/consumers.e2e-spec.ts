@@ -30,6 +30,7 @@ import {
   IdempotentConsumerKeyError,
 } from 'nestjs-idempotency/consumers';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { sleep } from '../support/timing.js';
 import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
 
@@ -45,6 +46,8 @@ class Probe {
   readonly failures = new Map<string, Error[]>();
   readonly contexts: IdempotencyContextRef[] = [];
   readonly duplicates: string[] = [];
+  /** What the custom settlement was asked to do, per message id. */
+  readonly settlements: { id: string; action: string; reason: string }[] = [];
 
   ran(key: string): number {
     return this.runs.get(key) ?? 0;
@@ -98,6 +101,24 @@ function consumerModule(prefix: string, probe: Probe, store: IdempotencyStore) {
       return { charged: charge.amountCents, run: probe.ran(key), chargeKey: idem.derivedKey('psp') };
     }
 
+    @EventPattern<string>(`${prefix}.settled`)
+    @IdempotentConsumer<{ id: string; rejectSettle?: boolean }>({
+      consumer: 'ledger.settled',
+      key: (event) => event.id,
+      onDuplicate: () => {
+        throw new Error('duplicate hook failed');
+      },
+      settlement: {
+        settle: async (disposition, { data }) => {
+          probe.settlements.push({ id: data.id, action: disposition.action, reason: disposition.reason });
+          if (data.rejectSettle) throw new Error('broker gone');
+        },
+      },
+    })
+    async settled(@Payload() event: { id: string }) {
+      probe.count(event.id);
+    }
+
     @EventPattern<string>(`${prefix}.order-created`)
     @IdempotentConsumer<{ id: string }>({ consumer: 'mailer.order-created', key: (event) => event.id })
     async orderCreated(@Payload() event: { id: string }) {
@@ -122,6 +143,7 @@ describe.each<[string, () => IdempotencyStore]>([
 ])('@IdempotentConsumer on the Redis transport (%s store)', (_name, makeStore) => {
   const prefix = `consumers-${randomUUID().slice(0, 8)}`;
   const probe = new Probe();
+  const logs = new RecordingLogger();
   let service: INestMicroservice;
   let client: ClientProxy;
   const { hostname, port } = new URL(redisUrl());
@@ -132,7 +154,7 @@ describe.each<[string, () => IdempotencyStore]>([
     service = await NestFactory.createMicroservice(consumerModule(prefix, probe, makeStore()), {
       transport: Transport.REDIS,
       options: transport,
-      logger: false,
+      logger: logs,
     });
     await service.listen();
     client = ClientProxyFactory.create({ transport: Transport.REDIS, options: transport });
@@ -214,6 +236,40 @@ describe.each<[string, () => IdempotencyStore]>([
     expect(refused).toMatchObject({ kind: 'no-key' });
     expect(String(refused.message)).toContain('billing.charge');
     expect([...probe.runs.values()].reduce((a, b) => a + b, 0)).toBe(before);
+  });
+
+  it('with a settlement, a duplicate is settled even when onDuplicate throws, and a settlement that rejects is logged, not thrown', async () => {
+    const emit = (event: { id: string; rejectSettle?: boolean }) =>
+      firstValueFrom(client.emit(`${prefix}.settled`, event), { defaultValue: undefined });
+    const settledOf = (id: string) => probe.settlements.filter((s) => s.id === id).map((s) => [s.action, s.reason]);
+    const until = async (check: () => boolean, what: string) => {
+      const deadline = Date.now() + 5000;
+      while (!check()) {
+        if (Date.now() > deadline) throw new Error(`timed out waiting until ${what}`);
+        await sleep(20);
+      }
+    };
+    const id = randomUUID();
+    await emit({ id });
+    await until(() => settledOf(id).length === 1, 'the first delivery was settled');
+    await emit({ id });
+    await until(() => settledOf(id).length === 2, 'the duplicate was settled');
+    expect(settledOf(id)).toEqual([
+      ['ack', 'handled'],
+      ['ack', 'duplicate'],
+    ]);
+    expect(logs.at('error')).toContainEqual(
+      expect.stringContaining('ledger.settled: onDuplicate failed: Error: duplicate hook failed'),
+    );
+    const rejected = randomUUID();
+    await emit({ id: rejected, rejectSettle: true });
+    const unsettled = () =>
+      logs
+        .at('error')
+        .filter((line) => line.includes('event=settlement_fallback') && line.includes('consumer=ledger.settled'));
+    await until(() => unsettled().length === 1, 'the rejected settlement was logged');
+    expect(unsettled()[0]).toMatch(/action=ack outcome=unsettled error="broker gone"/);
+    expect([probe.ran(id), probe.ran(rejected)]).toEqual([1, 1]);
   });
 
   it('an event emitted 5 times (@EventPattern) is handled once', async () => {

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import fc from 'fast-check';
 import type { Cluster, Redis } from 'ioredis';
 import pg from 'pg';
 import { EventDeduplicator, type EventDeduplicatorOptions } from 'nestjs-idempotency/redis';
@@ -112,9 +113,10 @@ describe.each<[string, () => Promise<Target>]>([
     const [bucket] = filter.keysAt();
     const expiresAtMs = Number(await target.client.pexpiretime(bucket));
     expect(expiresAtMs).toBe(
-      (Math.floor(clock.nowMs / filter.sizing.bucketMs) + filter.sizing.bucketsChecked + 1) * filter.sizing.bucketMs,
+      (Math.floor(clock.nowMs / filter.sizing.bucketMs) + filter.sizing.buckets + 2) * filter.sizing.bucketMs,
     );
-    clock.advance(filter.sizing.windowMs + filter.sizing.bucketMs);
+    // Past the buckets a check reads: the window and the half bucket of clock skew they also span.
+    clock.advance((filter.sizing.buckets + 1) * filter.sizing.bucketMs);
     expect(filter.keysAt()).not.toContain(bucket);
     expect(await filter.check(id)).toBe('new');
   });
@@ -200,5 +202,94 @@ describe('EventDeduplicator in front of a unique constraint (PostgreSQL)', () =>
     expect(applied).toBe(200);
     expect(lookups).toBe(110);
     expect(filter.stats()).toEqual({ checks: 310, maybeSeen: 110, lookupsSaved: 200 });
+  });
+});
+
+/**
+ * Two instances of one stream whose clocks disagree (fast-check, on the real Redis): instance B's
+ * clock is off by up to half a bucket either way. Events of a few ids arrive at random times,
+ * each checked by either instance; no check of an id seen within `windowMs` before may say `new`.
+ */
+describe('EventDeduplicator on two instances with skewed clocks (Redis)', () => {
+  let redis: Redis;
+  const prefix = `idem-dedup-skew-${randomUUID().slice(0, 8)}`;
+
+  beforeAll(async () => {
+    redis = await openRedis();
+  });
+  afterAll(async () => {
+    if (!redis) return;
+    await deleteKeys(redis, prefix);
+    await redis.quit();
+  });
+
+  it('an id marked by an instance 1 ms ahead, across a bucket edge, is maybe-seen to the one behind (runOnce applies it once)', async () => {
+    const options = { name: `edge-${randomUUID().slice(0, 8)}`, prefix, expectedEventsPerSecond: 10, windowMs: 60_000 };
+    const { bucketMs } = new EventDeduplicator(redis, options).sizing;
+    // The last millisecond of a bucket an hour from now: the instance ahead is already in the next one.
+    const behindMs = (Math.floor((Date.now() + 3_600_000) / bucketMs) + 1) * bucketMs - 1;
+    const ahead = new EventDeduplicator(redis, { ...options, clock: () => behindMs + 1 });
+    const behind = new EventDeduplicator(redis, { ...options, clock: () => behindMs });
+    let applied = 0;
+    const apply = async () => void (applied += 1);
+    const exact = async () => applied > 0;
+    expect(await ahead.runOnce('order-1', exact, apply)).toMatchObject({ applied: true, lookedUp: false });
+    expect(await behind.runOnce('order-1', exact, apply)).toEqual({ applied: false, lookedUp: true });
+    expect(applied).toBe(1);
+  });
+
+  it('reports no duplicate within the window as new, whichever instance marked it and however the buckets fall', async () => {
+    let duplicatesWithinWindow = 0;
+    const scenario = fc
+      .record({ windowMs: fc.integer({ min: 1_000, max: 120_000 }), buckets: fc.integer({ min: 1, max: 8 }) })
+      .chain(({ windowMs, buckets }) => {
+        const halfBucket = Math.floor(Math.ceil((2 * windowMs) / (2 * buckets - 1)) / 2);
+        return fc.record({
+          windowMs: fc.constant(windowMs),
+          buckets: fc.constant(buckets),
+          // How far B's clock is from A's, at most half a bucket either way.
+          skewMs: fc.integer({ min: -halfBucket, max: halfBucket }),
+          // Where in a bucket the scenario starts.
+          phaseMs: fc.integer({ min: 0, max: 4 * windowMs }),
+          events: fc.array(
+            fc.record({
+              id: fc.integer({ min: 0, max: 3 }),
+              atMs: fc.oneof(
+                fc.integer({ min: 0, max: 2 * windowMs }),
+                // Right at the window's edge, where the buckets are tightest.
+                fc.integer({ min: windowMs - 50, max: windowMs + 50 }),
+              ),
+              instance: fc.constantFrom(0, 1),
+            }),
+            { minLength: 2, maxLength: 10 },
+          ),
+        });
+      });
+    await fc.assert(
+      fc.asyncProperty(scenario, async ({ windowMs, buckets, skewMs, phaseMs, events }) => {
+        const name = `skew-${randomUUID().slice(0, 8)}`;
+        // An hour ahead of the server's clock, so that no bitmap expires while the scenario runs.
+        const startMs = Date.now() + 3_600_000 + phaseMs;
+        let nowMs = startMs;
+        const options = { name, prefix, expectedEventsPerSecond: 10, windowMs, buckets, falsePositiveRate: 1e-6 };
+        const instances = [
+          new EventDeduplicator(redis, { ...options, clock: () => nowMs }),
+          new EventDeduplicator(redis, { ...options, clock: () => nowMs + skewMs }),
+        ];
+        const seen: { id: number; atMs: number }[] = [];
+        for (const event of [...events].sort((a, b) => a.atMs - b.atMs)) {
+          nowMs = startMs + event.atMs;
+          const verdict = await instances[event.instance].check(`event-${event.id}`);
+          const earlier = seen.some((s) => s.id === event.id && event.atMs - s.atMs <= windowMs);
+          if (earlier) duplicatesWithinWindow += 1;
+          if (earlier && verdict === 'new') return false;
+          seen.push(event);
+        }
+        return true;
+      }),
+      { numRuns: 300 },
+    );
+    // The property was exercised: duplicates within the window were checked.
+    expect(duplicatesWithinWindow).toBeGreaterThan(300);
   });
 });

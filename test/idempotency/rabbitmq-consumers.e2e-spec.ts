@@ -1,179 +1,33 @@
 import { randomUUID } from 'node:crypto';
-import { Controller, Module, UnprocessableEntityException, type INestMicroservice } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { EventPattern, Payload, Transport, type RmqContext } from '@nestjs/microservices';
+import { UnprocessableEntityException } from '@nestjs/common';
 import type { ChannelModel, ConfirmChannel, ConsumeMessage, GetMessage } from 'amqplib';
-import { IdempotencyContextRef, IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
-import {
-  IDEMPOTENCY_KEY_MESSAGE_HEADER,
-  IdempotencyConsumerContext,
-  IdempotentConsumer,
-} from 'nestjs-idempotency/consumers';
+import { IDEMPOTENCY_KEY_MESSAGE_HEADER } from 'nestjs-idempotency/consumers';
 import {
   AMQP_ATTEMPTS_HEADER,
   AMQP_CONSUMER_HEADER,
   AMQP_DEAD_LETTER_ERROR_HEADER,
   AMQP_DEAD_LETTER_REASON_HEADER,
-  amqpMessageKey,
-  amqpQueueArguments,
   assertAmqpRedeliveryTopology,
-  idempotentAmqpHandler,
-  rmqMessageKey,
-  RmqMessageDeserializer,
-  rmqSettlement,
   type AmqpRedeliveryOptions,
 } from 'nestjs-idempotency/amqp';
-import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import {
+  CHARGE_ADAPTERS,
+  CHARGE_CONSUMER as CONSUMER,
+  Probe,
+  type Charge,
+  type ChargeAdapter,
+  type StartChargeAdapter,
+} from '../support/apps/rabbitmq-charges.js';
 import {
   confirmChannel,
   connectRabbitOrFail,
   deleteQueues,
   drain,
   publishConfirmed,
-  rabbitmqUrl,
   readyCount,
   waitFor,
 } from '../support/servers/rabbitmq.js';
-import { connectRedisOrFail, redisUrl } from '../support/servers/redis.js';
-
-interface Charge {
-  ref: string;
-  amountCents: number;
-}
-
-/** What the handler did, what was delivered, and gates that hold the handler until a test opens them. */
-class Probe {
-  readonly runs = new Map<string, number>();
-  readonly deliveries = new Map<string, number>();
-  readonly gates = new Map<string, Promise<void>>();
-  readonly failures = new Map<string, Error[]>();
-  readonly contexts: IdempotencyContextRef[] = [];
-
-  ran(ref: string): number {
-    return this.runs.get(ref) ?? 0;
-  }
-  delivered(key: string | undefined): number {
-    return this.deliveries.get(key ?? '<none>') ?? 0;
-  }
-  deliver(key: string | undefined): void {
-    this.deliveries.set(key ?? '<none>', this.delivered(key) + 1);
-  }
-  hold(ref: string): () => void {
-    let open!: () => void;
-    this.gates.set(ref, new Promise<void>((resolve) => (open = resolve)));
-    return open;
-  }
-  /** The business logic both adapters run: count, wait at the gate, fail as told, charge. */
-  async charge(charge: Charge, idem: IdempotencyContextRef): Promise<{ charged: number; run: number }> {
-    this.runs.set(charge.ref, this.ran(charge.ref) + 1);
-    this.contexts.push(idem);
-    await this.gates.get(charge.ref);
-    const failure = this.failures.get(charge.ref)?.shift();
-    if (failure) throw failure;
-    return { charged: charge.amountCents, run: this.ran(charge.ref) };
-  }
-}
-
-const CONSUMER = 'billing.charge';
-const PATTERN = 'charge.requested';
-
-/** One way of consuming the queue: Nest's RMQ transport, or amqplib with `idempotentAmqpHandler`. */
-interface Adapter {
-  /** The message body for `charge` (Nest wraps it in its packet). */
-  encode(charge: Charge): object;
-  close(): Promise<void>;
-}
-
-type StartAdapter = (
-  queue: string,
-  redelivery: AmqpRedeliveryOptions,
-  probe: Probe,
-  connection: ChannelModel,
-) => Promise<Adapter>;
-
-function idempotencyModule(prefix: string) {
-  return IdempotencyModule.forRoot({
-    store: new RedisIdempotencyStore(redisUrl(), { prefix }),
-    leaseMs: 2000,
-    heartbeatMs: 500,
-  });
-}
-
-/** `@IdempotentConsumer()` with `rmqSettlement()` on a Nest microservice (`Transport.RMQ`, `noAck: false`). */
-const nestRmqTransport: StartAdapter = async (queue, redelivery, probe) => {
-  @Controller()
-  class ChargesConsumer {
-    @EventPattern<string>(PATTERN)
-    @IdempotentConsumer<Charge, RmqContext>({
-      consumer: CONSUMER,
-      key: (data, context) => {
-        const key = rmqMessageKey(data, context);
-        probe.deliver(key);
-        return key;
-      },
-      fingerprint: (data) => JSON.stringify(data),
-      // Without `queue`: each message is settled for the queue it was delivered from.
-      settlement: rmqSettlement({ ...redelivery, queue: undefined }),
-    })
-    charge(@Payload() charge: Charge, @IdempotencyConsumerContext() idem: IdempotencyContextRef) {
-      return probe.charge(charge, idem);
-    }
-  }
-  @Module({ imports: [idempotencyModule(`idem-rmq-${queue}`)], controllers: [ChargesConsumer] })
-  class ConsumerModule {}
-  const service: INestMicroservice = await NestFactory.createMicroservice(ConsumerModule, {
-    transport: Transport.RMQ,
-    options: {
-      urls: [rabbitmqUrl()],
-      queue,
-      noAck: false,
-      prefetchCount: 4,
-      queueOptions: { durable: true, arguments: amqpQueueArguments(redelivery) },
-      deserializer: new RmqMessageDeserializer({ pattern: PATTERN }),
-      maxConnectionAttempts: 1,
-    },
-    logger: false,
-  });
-  await service.listen();
-  return { encode: (charge) => ({ pattern: PATTERN, data: charge }), close: () => service.close() };
-};
-
-/** `idempotentAmqpHandler()` on a plain amqplib channel (not a confirm channel). */
-const amqplibChannel: StartAdapter = async (queue, redelivery, probe, connection) => {
-  @Module({ imports: [idempotencyModule(`idem-amqp-${queue}`)] })
-  class HandlerModule {}
-  const app = await NestFactory.createApplicationContext(HandlerModule, { logger: false });
-  const channel = await connection.createChannel();
-  channel.on('error', () => undefined);
-  await channel.assertQueue(queue, { durable: true, arguments: amqpQueueArguments(redelivery) });
-  await channel.prefetch(4);
-  await channel.consume(
-    queue,
-    idempotentAmqpHandler<Charge>(
-      app.get(IdempotencyService),
-      {
-        ...redelivery,
-        channel,
-        consumer: CONSUMER,
-        key: ({ message }) => {
-          const key = amqpMessageKey(message);
-          probe.deliver(key);
-          return key;
-        },
-        fingerprint: ({ body }) => JSON.stringify(body),
-      },
-      (charge, idem) => probe.charge(charge, idem),
-    ),
-    { noAck: false },
-  );
-  return {
-    encode: (charge) => charge,
-    close: async () => {
-      await channel.close();
-      await app.close();
-    },
-  };
-};
+import { connectRedisOrFail } from '../support/servers/redis.js';
 
 /**
  * RabbitMQ redelivers: a consumer that dies before its ack gets the message back, and so does
@@ -182,18 +36,17 @@ const amqplibChannel: StartAdapter = async (queue, redelivery, probe, connection
  * duplicate waits in the retry queue instead of looping, and poison ends in the dead-letter
  * queue with its reason.
  */
-describe.each<[string, StartAdapter]>([
-  ['Nest RMQ transport, @IdempotentConsumer + rmqSettlement', nestRmqTransport],
-  ['amqplib channel, idempotentAmqpHandler', amqplibChannel],
-])('RabbitMQ consumers: %s', (_name, startAdapter) => {
+describe.each<[string, StartChargeAdapter]>(CHARGE_ADAPTERS)('RabbitMQ consumers: %s', (_name, startAdapter) => {
   const queue = `idem-consumers-${randomUUID().slice(0, 8)}`;
   const redelivery: AmqpRedeliveryOptions = { queue, retryDelayMs: 200, maxRetryDelayMs: 5000, maxAttempts: 3 };
   const retryQueue = `${queue}.retry`;
   const deadLetterQueue = `${queue}.dead-letter`;
+  const directExchange = `${queue}.direct`;
+  const topicExchange = `${queue}.topic`;
   const probe = new Probe();
   let connection: ChannelModel;
   let channel: ConfirmChannel;
-  let adapter: Adapter;
+  let adapter: ChargeAdapter;
   const deadLetters: GetMessage[] = [];
 
   beforeAll(async () => {
@@ -201,12 +54,19 @@ describe.each<[string, StartAdapter]>([
     connection = await connectRabbitOrFail();
     channel = await confirmChannel(connection);
     await assertAmqpRedeliveryTopology(channel, redelivery);
-    adapter = await startAdapter(queue, redelivery, probe, connection);
+    adapter = await startAdapter({ redelivery, probe, connection });
+    // Producers publishing through exchanges: the queue is bound to a direct and a topic exchange.
+    await channel.assertExchange(directExchange, 'direct', { durable: false, autoDelete: false });
+    await channel.bindQueue(queue, directExchange, 'charge');
+    await channel.assertExchange(topicExchange, 'topic', { durable: false, autoDelete: false });
+    await channel.bindQueue(queue, topicExchange, 'charges.#');
   });
   afterAll(async () => {
     await adapter?.close();
     if (connection) {
       await deleteQueues(connection, [queue, retryQueue, deadLetterQueue]);
+      await channel.deleteExchange(directExchange);
+      await channel.deleteExchange(topicExchange);
       await connection.close();
     }
   });
@@ -217,6 +77,17 @@ describe.each<[string, StartAdapter]>([
       persistent: true,
       headers: { 'x-test': charge.ref, ...(key !== null && { [IDEMPOTENCY_KEY_MESSAGE_HEADER]: key }) },
     });
+  /** Publishes a charge through `exchange` (routing key `routingKey`), keyed by its ref, and waits for the confirm. */
+  const publishThrough = (exchange: string, routingKey: string, charge: Charge) =>
+    new Promise<void>((resolve, reject) =>
+      channel.publish(
+        exchange,
+        routingKey,
+        Buffer.from(JSON.stringify(adapter.encode(charge))),
+        { persistent: true, headers: { 'x-test': charge.ref, [IDEMPOTENCY_KEY_MESSAGE_HEADER]: charge.ref } },
+        (error: unknown) => (error ? reject(error) : resolve()),
+      ),
+    );
   const settled = () =>
     waitFor(
       async () => (await readyCount(channel, queue)) === 0 && (await readyCount(channel, retryQueue)) === 0,
@@ -269,6 +140,27 @@ describe.each<[string, StartAdapter]>([
     await waitFor(() => probe.ran(ref) === 2, 'the redelivery ran the handler again');
     await settled();
     expect(probe.delivered(ref)).toBe(2);
+  });
+
+  it('two messages through a direct exchange, the first failing once: it is retried and both are handled', async () => {
+    const [first, second] = [randomUUID(), randomUUID()];
+    probe.failures.set(first, [new Error('ledger timeout')]);
+    await publishThrough(directExchange, 'charge', { ref: first, amountCents: 11 });
+    await publishThrough(directExchange, 'charge', { ref: second, amountCents: 12 });
+    await waitFor(() => probe.ran(first) === 2 && probe.ran(second) === 1, 'both messages were handled');
+    await settled();
+    expect([probe.delivered(first), probe.delivered(second)]).toEqual([2, 1]);
+  });
+
+  it('a message through a topic exchange: a transient failure is retried through the retry queue, then succeeds', async () => {
+    const ref = randomUUID();
+    probe.failures.set(ref, [new Error('ledger timeout'), new Error('ledger timeout')]);
+    await publishThrough(topicExchange, 'charges.eu.card', { ref, amountCents: 13 });
+    await waitFor(() => probe.ran(ref) === 3, 'the third delivery ran and succeeded');
+    await settled();
+    expect(probe.delivered(ref)).toBe(3);
+    deadLetters.push(...(await drain(channel, deadLetterQueue)));
+    expect(deadLetters.filter((m) => m.properties.headers?.['x-test'] === ref)).toEqual([]);
   });
 
   it('a final failure (4xx) is stored and acknowledged; a duplicate gets it without running', async () => {

@@ -2,6 +2,7 @@ import { Module } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { IdempotencyAdmin } from './admin/idempotency-admin.service.js';
 import { apiDocsProvider } from './decorators/idempotency-api-docs.js';
+import { ConsumerSettlements } from './consumers/consumer-settlements.js';
 import { IdempotencyService } from './engine/idempotency.service.js';
 import { IdempotencyReaper } from './maintenance/idempotency-reaper.js';
 import { IdempotencyProblemFilter } from './http/problem-details.filter.js';
@@ -40,6 +41,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotentRoutesValidator,
     IdempotencyStartupReport,
     IdempotencyContextAccessor,
+    ConsumerSettlements,
     IdempotencyAdmin,
     apiDocsProvider,
   ],
@@ -54,6 +56,7 @@ import { IdempotencyStore } from './stores/idempotency-store.js';
     IdempotencyTelemetry,
     IdempotencyAdmin,
     IdempotencyContextAccessor,
+    ConsumerSettlements,
   ],
 })
 export class IdempotencyModule extends IdempotencyModuleBase {}

@@ -1,6 +1,8 @@
 import { Inject, Injectable, Optional, type OnModuleInit, type Type } from '@nestjs/common';
-import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
 import { checkConsumerOptions, configurationErrorAt } from './consumers/consumer-options.check.js';
+import { ConsumerSettlements } from './consumers/consumer-settlements.js';
+import type { MessageSettlement } from './consumers/message-settlement.js';
 import { IdempotentConsumerHandler } from './consumers/idempotent-consumer.metadata.js';
 import { boundIdempotencyInterceptors } from './http/bound-interceptors.js';
 import {
@@ -29,7 +31,8 @@ type InstanceWrapper = ReturnType<DiscoveryService['getProviders']>[number];
  * a durable route, `durable` without a `durableStore`), a scope with a tenant nothing resolves,
  * `@Idempotent()` where it would protect nothing (a method outside `methods`, a message handler,
  * a gateway or resolver), and two different idempotency interceptors on one route. The message
- * names the handler (`Controller.method`), its route, and the fix.
+ * names the handler (`Controller.method`), its route, and the fix. A consumer's `settlement` is
+ * prepared here for this application (`rmqSettlement()` without a queue stops the startup).
  */
 @Injectable()
 export class IdempotentRoutesValidator implements OnModuleInit {
@@ -37,6 +40,8 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
+    private readonly moduleRef: ModuleRef,
+    private readonly settlements: ConsumerSettlements,
     @Inject(IDEMPOTENCY_SETTINGS) private readonly settings: ResolvedModuleSettings,
     @Optional() @Inject(DurableIdempotencyStore) private readonly durableStore?: DurableIdempotencyStore | null,
   ) {}
@@ -93,8 +98,9 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     if (!consumer) return;
     this.check(`@IdempotentConsumer() on ${controller.name}.${name}`, () => {
       checkConsumerOptions(consumer, { keyRequired: true, functions: ['onDuplicate', 'mapError'] });
-      const options = (consumer as { options?: IdempotentOptions }).options;
+      const { options, settlement } = consumer as { options?: IdempotentOptions; settlement?: unknown };
       this.requireDurableStoreFor(resolvePolicy(this.settings.policyOptions, options));
+      if (settlement !== undefined) this.prepareSettlement(settlement);
     });
   }
 
@@ -120,6 +126,18 @@ export class IdempotentRoutesValidator implements OnModuleInit {
       const option = policy.transactional ? 'transactional' : 'durable';
       throw new IdempotencyConfigurationError(`${option}: true needs a durableStore in IdempotencyModule.`);
     }
+  }
+
+  private prepareSettlement(settlement: unknown): void {
+    const given = settlement as Partial<MessageSettlement> | null;
+    if (typeof given?.settle !== 'function' || (given.prepare !== undefined && typeof given.prepare !== 'function')) {
+      throw new IdempotencyConfigurationError(
+        'settlement must be a MessageSettlement (an object with settle()), e.g. rmqSettlement({ queue }).',
+      );
+    }
+    this.settlements.prepare(given as MessageSettlement, {
+      get: (token) => this.moduleRef.get(token, { strict: false }),
+    });
   }
 
   private check(where: string, validate: () => void): void {

@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { Injectable } from '@nestjs/common';
 import { IdempotencyService } from 'nestjs-idempotency';
-import { idempotentProcessor, type IdempotentJob } from 'nestjs-idempotency/bullmq';
+import {
+  idempotentProcessor,
+  type IdempotentJob,
+  type IdempotentJobResultUnavailable,
+} from 'nestjs-idempotency/bullmq';
 import { UnrecoverableError } from 'bullmq';
 import type { EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';
@@ -23,11 +27,12 @@ export const ORDER_CONFIRMATION_CONSUMER = 'notifications.order-created';
  */
 @Injectable()
 export class OrderCreatedProcessor {
+  /** Resolves to the confirmation's view, or to the marker when the view was not stored with the record (the confirmation was sent). */
   readonly process: (
     job: IdempotentJob<OrderCreatedEvent>,
     token?: string,
     signal?: AbortSignal,
-  ) => Promise<OrderNotificationView>;
+  ) => Promise<OrderNotificationView | IdempotentJobResultUnavailable>;
 
   constructor(
     idempotency: IdempotencyService,

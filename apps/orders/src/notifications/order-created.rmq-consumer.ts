@@ -4,6 +4,8 @@ import { IdempotencyContextRef } from 'nestjs-idempotency';
 import { IdempotencyConsumerContext, IdempotentConsumer } from 'nestjs-idempotency/consumers';
 import { rmqMessageKey, rmqSettlement } from 'nestjs-idempotency/amqp';
 import type { EntityManager } from 'typeorm';
+import { getConfigToken } from '@nestjs/config';
+import type { OrdersConfig } from '../config/orders.config.js';
 import { ORDER_CREATED_JOB, type OrderCreatedEvent } from '../events/order-created.event.js';
 import { ORDER_CONFIRMATION_CONSUMER, OrderCreatedProcessor } from './order-created.processor.js';
 import type { OrderNotificationView } from './order-notification.view.js';
@@ -15,7 +17,8 @@ import type { OrderNotificationView } from './order-notification.view.js';
  * record commit in one transaction; `rmqSettlement()` acknowledges the message after it, hands
  * an in-progress duplicate or a failure back through the retry queue (an event naming an order
  * this database does not hold ends in the dead-letter queue after 5 attempts), and dead-letters
- * poison (no key, a body that is not JSON) at once.
+ * poison (no key, a body that is not JSON) at once. The queue it settles for is the configured
+ * one (`RABBITMQ_QUEUE`), read from the app's configuration when the app starts.
  */
 @Controller()
 export class OrderCreatedRmqConsumer {
@@ -25,7 +28,11 @@ export class OrderCreatedRmqConsumer {
   @IdempotentConsumer<OrderCreatedEvent, RmqContext>({
     consumer: ORDER_CONFIRMATION_CONSUMER,
     key: rmqMessageKey,
-    settlement: rmqSettlement({ maxAttempts: 5 }),
+    settlement: rmqSettlement({
+      // This consumer is registered only with RABBITMQ_URL, so the queue namespace has its rabbitmq part.
+      queue: (app) => app.get<OrdersConfig['queue']>(getConfigToken('queue')).rabbitmq!.queue,
+      maxAttempts: 5,
+    }),
     options: { transactional: true },
   })
   onOrderCreated(

@@ -1,3 +1,5 @@
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
+
 /**
  * How the AMQP adapter redelivers and dead-letters the messages of one queue. Retries go through
  * a retry queue without consumers: the message waits there for its delay (a per-message TTL),
@@ -46,7 +48,9 @@ export interface ResolvedAmqpRedelivery {
 /** @internal */
 export function resolveAmqpRedelivery(options: AmqpRedeliveryOptions): ResolvedAmqpRedelivery {
   if (typeof options.queue !== 'string' || options.queue.length === 0) {
-    throw new TypeError('AmqpRedeliveryOptions.queue must name the queue the consumer reads');
+    throw new IdempotencyConfigurationError(
+      `queue must name the queue the consumer reads (the queue given to channel.consume(), or the \`queue\` of the Transport.RMQ options), got ${String(options.queue)}.`,
+    );
   }
   const resolved: ResolvedAmqpRedelivery = {
     queue: options.queue,

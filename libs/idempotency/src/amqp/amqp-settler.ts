@@ -15,6 +15,7 @@ import {
   type ResolvedAmqpRedelivery,
 } from './amqp-redelivery.options.js';
 import { failedAttemptsOf, retryPlan } from './amqp-retry-delay.js';
+import { requeueAfterFailure } from './amqp-settle-fallback.js';
 import { assertAmqpRedeliveryTopology } from './amqp-topology.js';
 
 /** Headers RabbitMQ writes when it dead-letters: dropped on republishing, the broker writes them anew. */
@@ -30,22 +31,12 @@ const BROKER_DEATH_HEADERS = [
 const MAX_ERROR_HEADER_LENGTH = 500;
 
 /**
- * Options of an `AmqpSettler`: `AmqpRedeliveryOptions`, where `queue` may be left out to settle
- * each message for the queue it was delivered from (read from the delivery: a message sent
- * straight to a queue, or coming back from the retry queue, has the default exchange and the
- * queue's name as routing key).
+ * Options of an `AmqpSettler`: the `AmqpRedeliveryOptions` of the queue it settles for. `queue` is
+ * required: a message that came through an exchange does not say which queue it was read from.
  *
  * @publicApi
  */
-export type AmqpSettlerOptions = Omit<AmqpRedeliveryOptions, 'queue'> & { queue?: string };
-
-/** The queue a delivery came from, when the delivery says it (the default exchange). */
-function deliveryQueue(message: ConsumeMessage): string {
-  if (message.fields.exchange === '' && message.fields.routingKey) return message.fields.routingKey;
-  throw new Error(
-    `cannot tell which queue this message was consumed from (it came through exchange "${message.fields.exchange}"): pass \`queue\` to rmqSettlement()`,
-  );
-}
+export type AmqpSettlerOptions = AmqpRedeliveryOptions;
 
 /** What the settler is told about the message besides its disposition. */
 export interface AmqpSettleInput {
@@ -53,7 +44,8 @@ export interface AmqpSettleInput {
   error?: unknown;
 }
 
-function isConfirmChannel(channel: Channel): channel is ConfirmChannel {
+/** Whether `channel` has publisher confirms (`connection.createConfirmChannel()`). @internal */
+export function isConfirmChannel(channel: Channel): channel is ConfirmChannel {
   return typeof (channel as Partial<ConfirmChannel>).waitForConfirms === 'function';
 }
 
@@ -69,15 +61,28 @@ function describeError(error: unknown): string {
  * is acknowledged (on a confirm channel), so a crash in between duplicates the message, which
  * the idempotency record absorbs, and never loses it. Each message is acknowledged exactly once.
  *
+ * `settle()` never rejects and never leaves a message unacknowledged on a live channel: when the
+ * republish is refused (a queue at its `x-max-length` with `x-overflow: reject-publish`) or the
+ * channel fails, the message is nacked with requeue after `retryDelayMs` (the channel being
+ * closed, the broker requeues it itself), logged and counted
+ * (`idempotency.consumer.settlement_fallbacks`). Use a confirm channel: on a plain one a refused
+ * republish cannot be seen, and the message is lost.
+ *
  * @publicApi
  */
 export class AmqpSettler {
-  private readonly byQueue = new Map<string, ResolvedAmqpRedelivery>();
-  private readonly declared = new WeakMap<Channel, Map<string, Promise<void>>>();
+  private readonly options: ResolvedAmqpRedelivery;
+  private readonly declared = new WeakMap<Channel, Promise<void>>();
+  private readonly unconfirmedChannels = new WeakSet<Channel>();
   private readonly logger = new Logger('IdempotentAmqp');
 
-  constructor(private readonly settings: AmqpSettlerOptions) {
-    if (settings.queue !== undefined) this.resolved(settings.queue);
+  constructor(settings: AmqpSettlerOptions) {
+    this.options = resolveAmqpRedelivery(settings);
+  }
+
+  /** The queue this settler settles for. */
+  get queue(): string {
+    return this.options.queue;
   }
 
   async settle(
@@ -86,14 +91,31 @@ export class AmqpSettler {
     disposition: MessageDisposition,
     input: AmqpSettleInput,
   ): Promise<void> {
-    if (disposition.action === 'ack') {
-      channel.ack(message);
-      return;
+    try {
+      await this.carryOut(channel, message, disposition, input);
+    } catch (error) {
+      await requeueAfterFailure(channel, message, {
+        consumer: input.consumer,
+        action: disposition.action,
+        error,
+        delayMs: this.options.retryDelayMs,
+      });
     }
-    const options = this.resolved(this.settings.queue ?? deliveryQueue(message));
+  }
+
+  private async carryOut(
+    channel: Channel,
+    message: ConsumeMessage,
+    disposition: MessageDisposition,
+    input: AmqpSettleInput,
+  ): Promise<void> {
+    const { options } = this;
     switch (disposition.action) {
+      case 'ack':
+        channel.ack(message);
+        return;
       case 'dead-letter':
-        return this.deadLetter(options, channel, message, disposition.reason, input);
+        return this.deadLetter(channel, message, disposition.reason, input);
       case 'retry': {
         const plan = retryPlan(
           disposition,
@@ -101,11 +123,11 @@ export class AmqpSettler {
           options,
         );
         if (plan.kind === 'give-up') {
-          return this.deadLetter(options, channel, message, 'attempts-exhausted', input, {
+          return this.deadLetter(channel, message, 'attempts-exhausted', input, {
             [AMQP_ATTEMPTS_HEADER]: plan.attempts,
           });
         }
-        await this.republish(options, channel, message, options.retryQueue, {
+        await this.republish(channel, message, options.retryQueue, {
           expiration: String(plan.delayMs),
           headers: {
             [AMQP_ATTEMPTS_HEADER]: plan.attempts,
@@ -124,24 +146,15 @@ export class AmqpSettler {
     }
   }
 
-  private resolved(queue: string): ResolvedAmqpRedelivery {
-    let options = this.byQueue.get(queue);
-    if (!options) {
-      options = resolveAmqpRedelivery({ ...this.settings, queue });
-      this.byQueue.set(queue, options);
-    }
-    return options;
-  }
-
   private async deadLetter(
-    options: ResolvedAmqpRedelivery,
     channel: Channel,
     message: ConsumeMessage,
     reason: DeadLetterReason,
     input: AmqpSettleInput,
     extra: Record<string, unknown> = {},
   ): Promise<void> {
-    await this.republish(options, channel, message, options.deadLetterQueue, {
+    const { options } = this;
+    await this.republish(channel, message, options.deadLetterQueue, {
       headers: {
         ...extra,
         [AMQP_DEAD_LETTER_REASON_HEADER]: reason,
@@ -155,13 +168,12 @@ export class AmqpSettler {
   }
 
   private async republish(
-    options: ResolvedAmqpRedelivery,
     channel: Channel,
     message: ConsumeMessage,
     queue: string,
     extra: { headers: Record<string, unknown>; expiration?: string },
   ): Promise<void> {
-    if (options.assertTopology) await this.declareOnce(channel, options);
+    if (this.options.assertTopology) await this.declareOnce(channel);
     const { properties } = message;
     const headers: Record<string, unknown> = { ...properties.headers };
     for (const name of BROKER_DEATH_HEADERS) delete headers[name];
@@ -180,6 +192,7 @@ export class AmqpSettler {
       expiration: extra.expiration,
     };
     if (!isConfirmChannel(channel)) {
+      this.warnUnconfirmed(channel);
       channel.sendToQueue(queue, message.content, publish);
       return;
     }
@@ -188,18 +201,21 @@ export class AmqpSettler {
     );
   }
 
-  private declareOnce(channel: Channel, options: ResolvedAmqpRedelivery): Promise<void> {
-    let ofChannel = this.declared.get(channel);
-    if (!ofChannel) {
-      ofChannel = new Map();
-      this.declared.set(channel, ofChannel);
-    }
-    let declared = ofChannel.get(options.queue);
+  private declareOnce(channel: Channel): Promise<void> {
+    let declared = this.declared.get(channel);
     if (!declared) {
-      declared = assertAmqpRedeliveryTopology(channel, options);
-      declared.catch(() => ofChannel.delete(options.queue));
-      ofChannel.set(options.queue, declared);
+      declared = assertAmqpRedeliveryTopology(channel, this.options);
+      declared.catch(() => this.declared.delete(channel));
+      this.declared.set(channel, declared);
     }
     return declared;
+  }
+
+  private warnUnconfirmed(channel: Channel): void {
+    if (this.unconfirmedChannels.has(channel)) return;
+    this.unconfirmedChannels.add(channel);
+    this.logger.warn(
+      `"${this.options.queue}": settling on a channel without publisher confirms: a republish the broker refuses is lost unseen; consume on connection.createConfirmChannel()`,
+    );
   }
 }

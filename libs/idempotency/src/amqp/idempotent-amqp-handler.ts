@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import type { Channel, ConsumeMessage } from 'amqplib';
 import { consumerRunRequest } from '../consumers/consumer-run-request.js';
 import type { ConsumerIdempotencyOptions } from '../consumers/idempotent-consumer.options.js';
@@ -7,9 +6,10 @@ import { UnparsableMessageError } from '../consumers/unparsable-message.js';
 import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { RunRequest } from '../engine/idempotency-engine.types.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
+import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { amqpMessageKey } from './amqp-message-key.js';
 import type { AmqpRedeliveryOptions } from './amqp-redelivery.options.js';
-import { AmqpSettler } from './amqp-settler.js';
+import { AmqpSettler, isConfirmChannel } from './amqp-settler.js';
 
 /** A message as the options' functions see it: the parsed body and the AMQP message. @publicApi */
 export interface AmqpDelivery<TBody = unknown> {
@@ -25,7 +25,11 @@ export interface AmqpDelivery<TBody = unknown> {
  */
 export interface IdempotentAmqpHandlerOptions<TBody = unknown>
   extends Omit<ConsumerIdempotencyOptions<AmqpDelivery<TBody>>, 'key'>, AmqpRedeliveryOptions {
-  /** The channel the handler consumes on (`noAck: false`): acks, retries and dead letters go through it. */
+  /**
+   * The channel the handler consumes on (`noAck: false`): acks, retries and dead letters go
+   * through it. A confirm channel (`connection.createConfirmChannel()`), so that a republish the
+   * broker refuses is seen (and the message requeued) instead of lost.
+   */
   channel: Channel;
   /** The message's key. @default the `idempotency-key` header, else the `messageId` property (`amqpMessageKey`) */
   key?: (delivery: AmqpDelivery<TBody>) => string | undefined;
@@ -61,8 +65,11 @@ function parseJson(content: Buffer): unknown {
  *   (`attempts-exhausted`) after `maxAttempts`;
  * - poison (no key, a body `parse` refuses, a key reused with another payload): the dead-letter
  *   queue, with the reason in `x-idempotency-dead-letter-reason`.
- * The returned function never rejects: a message it cannot settle (the channel closed) is
- * logged, and RabbitMQ redelivers it.
+ * The returned function never rejects, and leaves no message unacknowledged on a live channel: a
+ * message it cannot settle as decided (a republish the broker refuses, a channel error) is nacked
+ * with requeue after `retryDelayMs` (on a closed channel the broker requeues it), logged and
+ * counted (`idempotency.consumer.settlement_fallbacks`). Options that cannot work (no `queue`,
+ * a channel without publisher confirms) throw `IdempotencyConfigurationError` when it is called.
  *
  * @example
  * await channel.consume('orders', idempotentAmqpHandler(idempotency, { channel, queue: 'orders', consumer: 'billing.order-created',
@@ -77,6 +84,11 @@ export function idempotentAmqpHandler<TBody = any, TResult = unknown>(
   options: IdempotentAmqpHandlerOptions<TBody>,
   handler: AmqpMessageHandler<TBody, TResult>,
 ): (message: ConsumeMessage | null) => Promise<void> {
+  if (!isConfirmChannel(options.channel)) {
+    throw new IdempotencyConfigurationError(
+      `idempotentAmqpHandler('${options.consumer}'): channel must be a confirm channel (connection.createConfirmChannel()): on a plain channel a republish the broker refuses is lost unseen.`,
+    );
+  }
   const settler = new AmqpSettler(options);
   const consumerOptions: ConsumerIdempotencyOptions<AmqpDelivery<TBody>> = {
     ...options,
@@ -84,7 +96,6 @@ export function idempotentAmqpHandler<TBody = any, TResult = unknown>(
   };
   // The default parser only checks for an object or an array: the handler's type says what is in it.
   const parse = options.parse ?? (parseJson as (content: Buffer) => TBody);
-  const logger = new Logger('IdempotentAmqpHandler');
   return async (message) => {
     if (!message) return; // the broker cancelled the consumer
     const seen: { context?: IdempotencyContextRef; failure?: { error: unknown } } = {};
@@ -121,12 +132,7 @@ export function idempotentAmqpHandler<TBody = any, TResult = unknown>(
         handlerOutcome: handlerFailed ? idempotency.failureOutcome(request!, thrown, seen.context) : undefined,
       });
     }
-    try {
-      await settler.settle(options.channel, message, disposition, { consumer: options.consumer, error });
-    } catch (settleError) {
-      logger.error(
-        `${options.consumer}: could not settle a message (${disposition.action}): ${(settleError as Error).message}; RabbitMQ redelivers it once the channel closes`,
-      );
-    }
+    // Never rejects: a settlement that cannot be carried out falls back to a requeue.
+    await settler.settle(options.channel, message, disposition, { consumer: options.consumer, error });
   };
 }

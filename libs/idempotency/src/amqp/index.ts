@@ -17,5 +17,5 @@ export {
   type AmqpMessageHandler,
   type IdempotentAmqpHandlerOptions,
 } from './idempotent-amqp-handler.js';
-export { rmqMessageKey, rmqSettlement, type RmqContextLike } from './rmq-settlement.js';
+export { rmqMessageKey, rmqSettlement, type RmqContextLike, type RmqSettlementOptions } from './rmq-settlement.js';
 export { RmqMessageDeserializer, type RmqIncomingPacket } from './rmq-message.deserializer.js';

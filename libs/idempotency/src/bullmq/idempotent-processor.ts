@@ -8,6 +8,7 @@ import type { ConsumerIdempotencyOptions } from '../consumers/idempotent-consume
 import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { IdempotencyRunError } from '../errors/idempotency-run.error.js';
 import { IdempotentConsumerKeyError } from '../consumers/idempotent-consumer-key.error.js';
+import type { IdempotentJobResultUnavailable } from './job-result-unavailable.js';
 
 /**
  * What the wrapper reads of a job: a BullMQ `Job`, or a plain `{ id, name, data }` when the same
@@ -18,7 +19,7 @@ import { IdempotentConsumerKeyError } from '../consumers/idempotent-consumer-key
  */
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the same default as BullMQ's Job<DataType = any>
 export type IdempotentJob<TData = any> = Pick<Job<TData>, 'id' | 'name' | 'data'> &
-  Partial<Pick<Job<TData>, 'moveToDelayed'>>;
+  Partial<Pick<Job<TData>, 'moveToDelayed' | 'log'>>;
 
 /**
  * Options of `idempotentProcessor()`. `key` defaults to the job id, which a stalled job keeps
@@ -65,8 +66,12 @@ export type IdempotentJobHandler<TJob extends IdempotentJob = Job, TResult = any
  *   failure (any plain error, a 5xx) lets BullMQ's retry (per `attempts` / `backoff`) run the
  *   handler again. A stored failure (a 4xx `HttpException`, `IdempotencyFinalException`) is replayed
  *   to every later delivery as an `UnrecoverableError`, which ends the retries;
- * - a job without a key, a key reused with another fingerprint, or an outcome that cannot be
- *   replayed: `UnrecoverableError`. A store that is down: the error is rethrown (retried per `attempts`).
+ * - the handler ran but JSON cannot hold its value (`result-unencodable`), or a later job of the
+ *   key finds it completed without its value (`replay-unavailable`): the effect happened, so the
+ *   job completes with the `IdempotentJobResultUnavailable` marker as its value and a line in its
+ *   log (never a failed job, which would invite a re-enqueue);
+ * - a job without a key, a key reused with another fingerprint, or an outcome recorded as unknown:
+ *   `UnrecoverableError`. A store that is down: the error is rethrown (retried per `attempts`).
  *
  * The options are checked when it is called (at startup, where the worker is built): a bad one
  * throws `IdempotencyConfigurationError` naming the consumer and the option.
@@ -83,7 +88,7 @@ export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = 
   idempotency: IdempotencyService,
   options: IdempotentProcessorOptions<TJob>,
   handler: IdempotentJobHandler<TJob, TResult>,
-): (job: TJob, token?: string, signal?: AbortSignal) => Promise<TResult> {
+): (job: TJob, token?: string, signal?: AbortSignal) => Promise<TResult | IdempotentJobResultUnavailable> {
   checkProcessorOptions(idempotency, options);
   const consumerOptions: ConsumerIdempotencyOptions<TJob> = { ...options, key: options.key ?? ((job) => job.id) };
   const delayFactor = options.inProgressDelayFactor ?? 1;
@@ -99,6 +104,17 @@ export function idempotentProcessor<TJob extends IdempotentJob = Job, TResult = 
       }
       if (!(error instanceof IdempotencyRunError)) {
         throw error;
+      }
+      if (error.kind === 'result-unencodable' || error.kind === 'replay-unavailable') {
+        const marker: IdempotentJobResultUnavailable = {
+          idempotencyResult: 'unavailable',
+          reason: error.kind,
+          detail: error.message,
+        };
+        await job.log?.(
+          `${options.consumer}: completed; its effect happened, but its result is not stored (${error.kind}): do not enqueue it again`,
+        );
+        return marker;
       }
       if (error.retryable && token !== undefined && job.moveToDelayed) {
         const delayMs = Math.max(1, error.details.retryAfterSeconds ?? 1) * 1000 * delayFactor;

@@ -8,3 +8,4 @@ export {
   type IdempotentJobHandler,
   type IdempotentProcessorOptions,
 } from './idempotent-processor.js';
+export { isIdempotentJobResultUnavailable, type IdempotentJobResultUnavailable } from './job-result-unavailable.js';

@@ -1,14 +1,23 @@
-import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
+import {
+  type CallHandler,
+  type ExecutionContext,
+  Injectable,
+  Logger,
+  type NestInterceptor,
+  Optional,
+} from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { defer, lastValueFrom, type Observable } from 'rxjs';
 import type { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { RunRequest, RunResult } from '../engine/idempotency-engine.types.js';
 import { IdempotencyService } from '../engine/idempotency.service.js';
+import { reportSettlementFallback } from '../telemetry/settlement-fallbacks.js';
+import { ConsumerSettlements } from './consumer-settlements.js';
 import { consumerRunRequest } from './consumer-run-request.js';
 import { attachConsumerContext } from './idempotency-consumer-context.decorator.js';
 import { IdempotentConsumerHandler } from './idempotent-consumer.metadata.js';
 import type { IdempotentConsumerOptions } from './idempotent-consumer.options.js';
-import { messageDisposition, type ConsumerRunOutcome } from './message-disposition.js';
+import { messageDisposition, type ConsumerRunOutcome, type MessageDisposition } from './message-disposition.js';
 import { UnparsableMessage, UnparsableMessageError } from './unparsable-message.js';
 
 /**
@@ -26,8 +35,9 @@ import { UnparsableMessage, UnparsableMessageError } from './unparsable-message.
  *   stored, and duplicates get it again as `replayed-failure`), and the error is rethrown.
  * With a `settlement` (RabbitMQ: `rmqSettlement()`), each message is also settled with its
  * broker as `messageDisposition()` says (ack, delayed redelivery, dead letter), and failures are
- * not thrown to the transport. A payload the transport could not parse (`UnparsableMessage`)
- * never reaches the handler.
+ * not thrown to the transport; every message is settled, even when `onDuplicate` throws, and a
+ * settlement that rejects is logged and counted. A payload the transport could not parse
+ * (`UnparsableMessage`) never reaches the handler.
  * Other execution types (HTTP, WebSockets) pass through untouched. Subclass it to change how the
  * request is built (`buildRunRequest`) or how errors leave (`toTransportError`).
  *
@@ -35,9 +45,13 @@ import { UnparsableMessage, UnparsableMessageError } from './unparsable-message.
  */
 @Injectable()
 export class IdempotentConsumerInterceptor implements NestInterceptor {
+  private readonly logger = new Logger('IdempotentConsumer');
+
   constructor(
     protected readonly idempotency: IdempotencyService,
     protected readonly reflector: Reflector,
+    /** This application's prepared settlements (`IdempotencyModule` provides them). */
+    @Optional() protected readonly settlements?: ConsumerSettlements,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
@@ -106,22 +120,43 @@ export class IdempotentConsumerInterceptor implements NestInterceptor {
         error,
         handlerOutcome: handlerFailed ? this.idempotency.failureOutcome(request!, error, handler.context) : undefined,
       };
-      await options.settlement.settle(messageDisposition(outcome), {
-        consumer: options.consumer,
-        data,
-        context: transportContext,
-        error,
-      });
+      await this.settle(options, messageDisposition(outcome), data, transportContext, error);
       return undefined;
     }
-    if (result.status === 'replayed') {
-      await options.onDuplicate?.(data, transportContext);
+    if (!options.settlement) {
+      if (result.status === 'replayed') await options.onDuplicate?.(data, transportContext);
+      return result.value;
     }
-    await options.settlement?.settle(messageDisposition({ ok: true, status: result.status }), {
-      consumer: options.consumer,
-      data,
-      context: transportContext,
-    });
+    if (result.status === 'replayed') {
+      try {
+        await options.onDuplicate?.(data, transportContext);
+      } catch (error) {
+        // The duplicate is settled all the same: a throwing callback must not leave it unacknowledged.
+        this.logger.error(`${options.consumer}: onDuplicate failed: ${String(error)}`);
+      }
+    }
+    await this.settle(options, messageDisposition({ ok: true, status: result.status }), data, transportContext);
     return result.value;
+  }
+
+  /** Settles with this application's settlement; a rejection is logged and counted, never thrown to the transport. */
+  private async settle(
+    options: IdempotentConsumerOptions,
+    disposition: MessageDisposition,
+    data: unknown,
+    transportContext: unknown,
+    error?: unknown,
+  ): Promise<void> {
+    const settlement = this.settlements?.of(options.settlement!) ?? options.settlement!;
+    try {
+      await settlement.settle(disposition, { consumer: options.consumer, data, context: transportContext, error });
+    } catch (settleError) {
+      reportSettlementFallback({
+        consumer: options.consumer,
+        action: disposition.action,
+        outcome: 'unsettled',
+        error: settleError,
+      });
+    }
   }
 }

@@ -15,6 +15,6 @@ export {
   type DeadLetterReason,
   type MessageDisposition,
 } from './message-disposition.js';
-export type { MessageSettlement, SettlementInput } from './message-settlement.js';
+export type { MessageSettlement, SettlementInput, SettlementSetup } from './message-settlement.js';
 export { UnparsableMessage, UnparsableMessageError } from './unparsable-message.js';
 export { IDEMPOTENCY_KEY_MESSAGE_HEADER } from './message-key-header.js';

@@ -19,16 +19,18 @@ export interface EventDedupSizingInput {
 
 /**
  * The derived dimensions (pure arithmetic on `EventDedupSizingInput`). A check reads the current
- * bucket and the `buckets` before it, so a bucket lives `bucketsChecked × bucketMs`.
+ * bucket, the next one (where an instance whose clock is ahead marks ids) and the `buckets`
+ * before it. Instances whose clocks differ by at most half a bucket catch every duplicate within
+ * `windowMs`: the buckets span half a bucket more than the window.
  *
  * @publicApi
  */
 export interface EventDedupSizing {
   windowMs: number;
   buckets: number;
-  /** Length of one time bucket, in ms (windowMs / buckets, rounded up). */
+  /** Length of one time bucket, in ms: `windowMs / (buckets − ½)`, rounded up, so `buckets` of them span the window and half a bucket of clock skew. */
   bucketMs: number;
-  /** Bitmaps one check reads: the current bucket and `buckets` older ones. */
+  /** Bitmaps one check reads: the current bucket, the next one, and `buckets` older ones. */
   bucketsChecked: number;
   /** Ids one bucket holds at the expected rate. */
   eventsPerBucket: number;
@@ -40,7 +42,7 @@ export interface EventDedupSizing {
   bucketFalsePositiveRate: number;
   /** The false-positive rate of a check when every bucket it reads is full: at most the configured one. */
   falsePositiveRate: number;
-  /** Memory of the live bitmaps, in bytes (`bucketsChecked × m / 8`). */
+  /** Memory of the live bitmaps, in bytes, at most (`bucketsChecked × m / 8`; the next bucket's exists only under clock skew). */
   bytes: number;
   /** `bytes` per id remembered over one window. */
   bytesPerEvent: number;
@@ -51,9 +53,10 @@ const MAX_BITS = 2 ** 32;
 const LN2 = Math.LN2;
 
 /**
- * Sizes a time-bucketed Bloom filter: each bucket holds `n = rate × bucketMs` ids in `m` bits with
- * `k` hash positions, and since a check reads `c = buckets + 1` bitmaps, each must err with at
- * most `p_b = 1 − (1 − p)^(1/c)`: `m = ⌈−n ln p_b / ln² 2⌉`, `k = round(m/n · ln 2)`.
+ * Sizes a time-bucketed Bloom filter: a bucket spans `bucketMs = ⌈windowMs / (buckets − ½)⌉` and
+ * holds `n = rate × bucketMs` ids in `m` bits with `k` hash positions, and since a check reads
+ * `c = buckets + 2` bitmaps (the next bucket too, for clock skew), each must err with at most
+ * `p_b = 1 − (1 − p)^(1/c)`: `m = ⌈−n ln p_b / ln² 2⌉`, `k = round(m/n · ln 2)`.
  *
  * @publicApi
  */
@@ -68,8 +71,10 @@ export function sizeEventDeduplicator(input: EventDedupSizingInput): EventDedupS
   if (!(Number.isInteger(buckets) && buckets >= 1 && buckets <= 64))
     throw new RangeError(`buckets must be an integer from 1 to 64 (got ${buckets})`);
   if (!(target > 0 && target < 1)) throw new RangeError(`falsePositiveRate must be between 0 and 1 (got ${target})`);
-  const bucketMs = Math.ceil(windowMs / buckets);
-  const bucketsChecked = buckets + 1;
+  // `buckets` buckets span the window plus half a bucket: a checker whose clock is ahead by up to
+  // half a bucket still reads the bucket an id was marked in windowMs earlier.
+  const bucketMs = Math.ceil((2 * windowMs) / (2 * buckets - 1));
+  const bucketsChecked = buckets + 2;
   const eventsPerBucket = Math.max(1, Math.ceil((rate * bucketMs) / 1000));
   const perBucketTarget = 1 - (1 - target) ** (1 / bucketsChecked);
   const bitsPerBucket = Math.max(64, Math.ceil((-eventsPerBucket * Math.log(perBucketTarget)) / (LN2 * LN2)));

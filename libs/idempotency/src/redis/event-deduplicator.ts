@@ -12,7 +12,10 @@ export interface EventDeduplicatorOptions extends EventDedupSizingInput {
   name: string;
   /** Key prefix. @default 'idem:dedup' */
   prefix?: string;
-  /** The time used to pick buckets; instances must agree within a bucket. @default Date.now */
+  /**
+   * The time used to pick buckets. Instances whose clocks differ by at most half a bucket
+   * (`sizing.bucketMs / 2`) catch every duplicate within the window. @default Date.now
+   */
   clock?: () => number;
 }
 
@@ -38,8 +41,10 @@ type DedupCommand = (numberOfKeys: number, ...keysAndArgs: (string | number)[]) 
  *   than the window);
  * - `maybe-seen`: a duplicate, or a false positive (at most `falsePositiveRate` at the expected
  *   rate): ask the exact check.
- * A filter never loses an event: it can only send a new one to the exact check. Memory is
- * `sizing.bytes` whatever the traffic (a bucket above its expected load errs more often).
+ * Instances whose clocks differ by up to half a bucket agree: a check also reads the next
+ * bucket, and the buckets span half a bucket more than the window.
+ * A filter never loses an event: it can only send a new one to the exact check. Memory is at
+ * most `sizing.bytes` whatever the traffic (a bucket above its expected load errs more often).
  * All keys of one deduplicator share a hash tag: on a Redis Cluster it lives on one node; split
  * a bigger stream over several deduplicators (e.g. one per partition) to spread it.
  *
@@ -107,10 +112,14 @@ export class EventDeduplicator {
     return { ...this.counters, lookupsSaved: this.counters.checks - this.counters.maybeSeen };
   }
 
-  /** The bitmap keys a check at `nowMs` reads, the current bucket first. */
+  /**
+   * The bitmap keys a check at `nowMs` reads: the current bucket (where it marks the id), the
+   * next one (an instance whose clock is ahead marks ids there), then the older ones.
+   */
   keysAt(nowMs: number = this.clock()): string[] {
     const current = Math.floor(nowMs / this.sizing.bucketMs);
-    return Array.from({ length: this.sizing.bucketsChecked }, (_, age) => `${this.keyBase}:${current - age}`);
+    const older = Array.from({ length: this.sizing.buckets }, (_, age) => current - age - 1);
+    return [current, current + 1, ...older].map((bucket) => `${this.keyBase}:${bucket}`);
   }
 
   /** The `k` bit positions of an id (double hashing over SHA-256: h1 + i·h2 mod m). */
@@ -127,7 +136,7 @@ export class EventDeduplicator {
     const keys = this.keysAt(nowMs);
     const current = Math.floor(nowMs / this.sizing.bucketMs);
     // The current bucket is read until `buckets` later buckets have started; one more bucket of slack for clock skew.
-    const expiresAtMs = (current + this.sizing.bucketsChecked + 1) * this.sizing.bucketMs;
+    const expiresAtMs = (current + this.sizing.buckets + 2) * this.sizing.bucketMs;
     return [keys.length, ...keys, expiresAtMs, Math.ceil(this.sizing.bitsPerBucket / 8), ...this.positionsOf(eventId)];
   }
 

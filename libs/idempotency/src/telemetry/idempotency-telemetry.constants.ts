@@ -37,6 +37,15 @@ export const IDEMPOTENCY_METRICS = {
   failOpen: 'idempotency.fail_open',
   /** Counter: store calls that failed. Attributes: `tier` (`fast` | `durable`), `phase` (the store call: `claim`, `take_over`, `complete`, ...). */
   storeErrors: 'idempotency.store.errors',
+  /**
+   * Counter: messages a consumer's settlement could not carry out as decided (the republish to the
+   * retry or dead-letter queue was refused, the channel failed, the queue was unknown), so a safe
+   * disposition was used instead. Attributes: `consumer`, `action` (what was decided: `ack` |
+   * `retry` | `dead-letter`), `outcome` (`requeued`: nacked back to its queue on the live channel;
+   * `channel_closed`: the channel is gone and the broker requeues it; `unsettled`: a custom
+   * settlement rejected, and the message is left to the transport).
+   */
+  settlementFallbacks: 'idempotency.consumer.settlement_fallbacks',
   /** Histogram, seconds: store call latency. Attributes: `tier`, `phase`, `outcome` (`ok` | `error`). */
   storeDuration: 'idempotency.store.duration',
   /** Histogram, seconds: handler run time under a claim. Attributes: `operation`, `outcome` (`ok` | `error`). */
