@@ -120,6 +120,9 @@ export interface QueueConfig {
   rabbitmq: RabbitMqConfig | undefined;
 }
 
+/** The queue `order.created` goes through when `RABBITMQ_QUEUE` is not set. */
+export const DEFAULT_RABBITMQ_QUEUE = 'order-events';
+
 /**
  * RabbitMQ, when `RABBITMQ_URL` is set: the outbox relay publishes `order.created` there (instead
  * of BullMQ), with the idempotency key of the request that created the order in the
@@ -154,7 +157,7 @@ export function validateOrdersEnvironment(variables: EnvironmentVariables, cwd: 
       stalledIntervalMs: Number(env.QUEUE_STALLED_INTERVAL_MS),
       rabbitmq:
         env.RABBITMQ_URL !== undefined
-          ? { url: env.RABBITMQ_URL, queue: env.RABBITMQ_QUEUE ?? 'order-events' }
+          ? { url: env.RABBITMQ_URL, queue: env.RABBITMQ_QUEUE ?? DEFAULT_RABBITMQ_QUEUE }
           : undefined,
     },
     outbox: {

@@ -5,7 +5,7 @@ import { IdempotencyConsumerContext, IdempotentConsumer } from 'nestjs-idempoten
 import { rmqMessageKey, rmqSettlement } from 'nestjs-idempotency/amqp';
 import type { EntityManager } from 'typeorm';
 import { getConfigToken } from '@nestjs/config';
-import type { OrdersConfig } from '../config/orders.config.js';
+import { DEFAULT_RABBITMQ_QUEUE, type OrdersConfig } from '../config/orders.config.js';
 import { ORDER_CREATED_JOB, type OrderCreatedEvent } from '../events/order-created.event.js';
 import { ORDER_CONFIRMATION_CONSUMER, OrderCreatedProcessor } from './order-created.processor.js';
 import type { OrderNotificationView } from './order-notification.view.js';
@@ -29,8 +29,7 @@ export class OrderCreatedRmqConsumer {
     consumer: ORDER_CONFIRMATION_CONSUMER,
     key: rmqMessageKey,
     settlement: rmqSettlement({
-      // This consumer is registered only with RABBITMQ_URL, so the queue namespace has its rabbitmq part.
-      queue: (app) => app.get<OrdersConfig['queue']>(getConfigToken('queue')).rabbitmq!.queue,
+      queue: (app) => app.get<OrdersConfig['queue']>(getConfigToken('queue')).rabbitmq?.queue ?? DEFAULT_RABBITMQ_QUEUE,
       maxAttempts: 5,
     }),
     options: { transactional: true },
