@@ -12,6 +12,7 @@ export type { IdempotencyOptionsFactory } from './idempotency.module-definition.
 export type {
   FingerprintOption,
   IdempotencyHttpRequest,
+  IdempotencyIsolationLevel,
   IdempotencyModuleOptions,
   IdempotencyPolicyOptions,
   IdempotentOptions,
@@ -72,6 +73,7 @@ export {
   DurableIdempotencyStore,
   type DurableClaimTransaction,
   type DurableTransaction,
+  type DurableTransactionOptions,
   type TransactionalClaimResult,
 } from './stores/durable-idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
@@ -81,6 +83,10 @@ export type {
   StoredResponse,
 } from './interfaces/idempotency-record.interface.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
+export {
+  IdempotencyIsolationError,
+  IdempotencyNestedTransactionError,
+} from './errors/idempotency-transaction.errors.js';
 
 // HTTP names
 export { IDEMPOTENCY_CORS, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './idempotency.constants.js';

@@ -7,11 +7,15 @@ import { AsyncResource } from 'node:async_hooks';
 import type { QueryRunner } from 'typeorm';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableClaimTransaction, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
+import type {
+  DurableClaimTransaction,
+  DurableTransactionOptions,
+  TransactionalClaimResult,
+} from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { changedOne, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
 import type { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
-import { LOCK_NOT_AVAILABLE, SERIALIZATION_FAILURE, sqlState } from './idempotency-records.sql.js';
+import { LOCK_NOT_AVAILABLE, SERIALIZATION_FAILURE, sqlState, UNIQUE_VIOLATION } from './idempotency-records.sql.js';
 import { HANDLER_SAVEPOINT, releaseQuietly, rollbackQuietly, UNDO_HANDLER_WRITES } from './query-runners.js';
 
 /** The few members of node-postgres' `Client` the store's own statements use (typeorm is the only import). */
@@ -40,11 +44,12 @@ export class ClaimTransactions {
     key: string,
     request: ClaimRequest,
     completion: (response: StoredResponse) => unknown[],
+    options: DurableTransactionOptions,
   ): Promise<TransactionalClaimResult> {
     return new Promise<TransactionalClaimResult>((resolve, reject) => {
       this.db
         .exclusive(async () => {
-          const opened = await this.openClaim(key, request, completion);
+          const opened = await this.openClaim(key, request, completion, options);
           resolve(opened.result);
           await opened.ended;
         })
@@ -56,24 +61,39 @@ export class ClaimTransactions {
    * The statements of `claimInTransaction` up to the claimed row: INSERT as the first statement
    * (it waits for another transaction's uncommitted row of the key, at most `lockTimeoutMs`), and
    * on a conflict the row as committed, read in the same transaction: an expired one is replaced
-   * there, anything else ends the transaction and is returned.
+   * there, anything else ends the transaction and is returned. PostgreSQL tries a plain INSERT
+   * first (see `insertClaim`): the common case, a new key, then adds no SSI conflict with other keys.
    */
   private async openClaim(
     key: string,
     request: ClaimRequest,
     completion: (response: StoredResponse) => unknown[],
+    options: DurableTransactionOptions,
   ): Promise<{ result: TransactionalClaimResult; ended?: Promise<void> }> {
     const runner = this.db.connect('claimInTransaction');
     const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
     let claimed: IdempotencyRecord | undefined;
+    let insertedAt: string | undefined;
     let existing: { record: IdempotencyRecord; nowMs: number } | undefined;
     let phase: 'insert' | 'replace' = 'insert';
     try {
-      await runner.startTransaction();
+      await this.db.begin(runner, options);
       // The store's own statements go to the driver, past TypeORM's query layer; the handler
       // gets `runner.manager`, the same connection and transaction.
       const client = this.db.dialect === 'postgres' ? ((await runner.connect()) as PgClient) : undefined;
       const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
+      if (client) {
+        try {
+          const inserted = single((await exec(this.db.sql.insertClaim, claimParams)).records);
+          claimed = decodeRecord(inserted);
+          insertedAt = String(inserted.row_ctid);
+        } catch (error) {
+          if (sqlState(error) !== UNIQUE_VIOLATION) throw error;
+          // The key has a committed row: start again, and read it in the same transaction.
+          await runner.rollbackTransaction();
+          await this.db.begin(runner, options);
+        }
+      }
       for (let attempt = 1; attempt <= MAX_TRANSACTIONAL_CLAIM_ATTEMPTS && !claimed && !existing; attempt += 1) {
         phase = 'insert';
         const inserted = (await exec(this.db.sql.insertInTransaction, claimParams)).records;
@@ -105,7 +125,11 @@ export class ClaimTransactions {
           'durable',
         );
       }
-      return this.openTransaction(key, request.ownerToken, runner, client, claimed, completion);
+      return this.openTransaction(key, request.ownerToken, runner, client, claimed, {
+        completion,
+        insertedAt,
+        options,
+      });
     } catch (error) {
       await rollbackQuietly(runner);
       await releaseQuietly(runner);
@@ -130,8 +154,14 @@ export class ClaimTransactions {
     runner: QueryRunner,
     client: PgClient | undefined,
     record: IdempotencyRecord,
-    completion: (response: StoredResponse) => unknown[],
+    how: {
+      completion: (response: StoredResponse) => unknown[];
+      /** The `ctid` of the row `insertClaim` inserted (PostgreSQL), which `complete` finds it by. */
+      insertedAt?: string;
+      options: DurableTransactionOptions;
+    },
   ): { result: TransactionalClaimResult; ended: Promise<void> } {
+    const { completion, insertedAt, options } = how;
     let end!: () => void;
     const ended = new Promise<void>((resolve) => (end = resolve));
     let open = true;
@@ -175,12 +205,19 @@ export class ClaimTransactions {
           }
         };
       },
-      run: <T>(work: () => Promise<T>): Promise<T> => (context ? context.runInAsyncScope(work) : work()),
+      run: <T>(work: () => Promise<T>): Promise<T> => {
+        const asRoute = () => this.db.routes.run(runner, options, work);
+        return context ? context.runInAsyncScope(asRoute) : asRoute();
+      },
       complete: async (response: StoredResponse) => {
         checkOpen('complete');
         const params = completion(response);
         try {
-          return changedOne(await exec(this.db.sql.complete, params));
+          return changedOne(
+            insertedAt === undefined
+              ? await exec(this.db.sql.complete, params)
+              : await exec(this.db.sql.completeInserted, [...params, insertedAt]),
+          );
         } catch (error) {
           throw this.db.failure('complete', error);
         }

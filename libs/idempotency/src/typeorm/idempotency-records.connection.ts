@@ -8,7 +8,11 @@ import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableTransaction, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
+import type {
+  DurableTransaction,
+  DurableTransactionOptions,
+  TransactionalClaimResult,
+} from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { ClaimTransactions } from './claim-transactions.js';
 import { decodeRecord, single, type Row } from './idempotency-record.codec.js';
@@ -27,6 +31,7 @@ import {
   rollbackQuietly,
   UNDO_HANDLER_WRITES,
 } from './query-runners.js';
+import type { RouteTransactions } from './route-transactions.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
 
 /** @internal */
@@ -42,11 +47,17 @@ export class IdempotencyRecordsConnection {
     readonly dialect: Dialect,
     readonly lockTimeoutMs: number,
     readonly exclusive: RunExclusive,
+    readonly routes: RouteTransactions,
   ) {}
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
-  transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T> {
-    return this.exclusive(() => this.runTransaction(key, ownerToken, work));
+  transaction<T>(
+    key: string,
+    ownerToken: string,
+    work: (transaction: DurableTransaction) => Promise<T>,
+    options: DurableTransactionOptions,
+  ): Promise<T> {
+    return this.exclusive(() => this.runTransaction(key, ownerToken, work, options));
   }
 
   /** `TypeOrmIdempotencyStore.claimInTransaction`: see claim-transactions.ts. */
@@ -54,8 +65,19 @@ export class IdempotencyRecordsConnection {
     key: string,
     request: ClaimRequest,
     completion: (response: StoredResponse) => unknown[],
+    options: DurableTransactionOptions,
   ): Promise<TransactionalClaimResult> {
-    return this.claims.open(key, request, completion);
+    return this.claims.open(key, request, completion, options);
+  }
+
+  /**
+   * BEGIN at the route's isolation level (PostgreSQL; SQLite's transactions on its one connection
+   * are serializable whatever is asked), and the guard against a stronger level asked inside.
+   */
+  async begin(runner: QueryRunner, options: DurableTransactionOptions): Promise<void> {
+    if (this.dialect !== 'postgres') return runner.startTransaction();
+    await runner.startTransaction(options.isolationLevel);
+    this.routes.guardIsolation(runner, options);
   }
 
   /** The runner of a transaction whose `work` is still running, or undefined. */
@@ -153,12 +175,13 @@ export class IdempotencyRecordsConnection {
     key: string,
     ownerToken: string,
     work: (transaction: DurableTransaction) => Promise<T>,
+    options: DurableTransactionOptions,
   ): Promise<T> {
     const runner = this.connect('transaction');
     let result: T;
     try {
       try {
-        await runner.startTransaction();
+        await this.begin(runner, options);
         const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken])).records;
         if (rows.length === 0) throw new IdempotencyClaimLostError(key);
         decodeRecord(single(rows));
@@ -175,7 +198,7 @@ export class IdempotencyRecordsConnection {
       });
       this.openTransactions.add(transaction, key, ownerToken, runner);
       try {
-        result = await work(transaction);
+        result = await this.routes.run(runner, options, () => work(transaction));
       } catch (error) {
         this.openTransactions.remove(transaction, key, ownerToken);
         await rollbackQuietly(runner);
