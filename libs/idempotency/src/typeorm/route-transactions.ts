@@ -61,13 +61,15 @@ export class RouteTransactions {
     const begin = runner.startTransaction.bind(runner);
     const known = options.isolationLevel ?? (this.dataSource.options.isolationLevel as IdempotencyIsolationLevel);
     runner.startTransaction = async (requested?: string) => {
-      if (requested && runner.isTransactionActive && requested in STRENGTH) {
-        const actual = known ?? (await currentIsolation(runner));
-        if (STRENGTH[requested as IdempotencyIsolationLevel] > STRENGTH[actual]) {
-          throw new IdempotencyIsolationError(requested, actual, options.label);
-        }
+      const nested = runner.isTransactionActive;
+      // The savepoint first: TypeORM answers a failed start with a rollback, which must undo the
+      // savepoint only, never the route's transaction.
+      await begin(requested as Parameters<QueryRunner['startTransaction']>[0]);
+      if (!nested || !requested || !(requested in STRENGTH)) return;
+      const actual = known ?? (await currentIsolation(runner));
+      if (STRENGTH[requested as IdempotencyIsolationLevel] > STRENGTH[actual]) {
+        throw new IdempotencyIsolationError(requested, actual, options.label);
       }
-      return begin(requested as Parameters<QueryRunner['startTransaction']>[0]);
     };
   }
 
