@@ -121,7 +121,11 @@ export class IdempotencyTransaction {
       if (!outcome || this.isConflict(error)) {
         // The transaction never started (nothing ran), or the database rolled it back to resolve
         // a conflict (a serialization failure, the COMMIT's included): the key is freed for the retry.
-        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
+        this.telemetry.storeError(scoped, {
+          phase: 'transaction',
+          outcome: outcome ? 'rolled_back' : 'not_run',
+          error,
+        });
         await this.settlement.release(claim).catch(() => undefined);
         return outcome
           ? ROLLED_BACK_BY_CONFLICT
