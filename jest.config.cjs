@@ -14,6 +14,10 @@ module.exports = {
   moduleNameMapper: {
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
+  // nestjs-cls and @nestjs-cls/transactional are CommonJS that require ESM-only Nest 12: bridged
+  // for Jest on Node 20 (test/support/jest/esm-bridge/bridged.cjs says why and how).
+  resolver: '<rootDir>/test/support/jest/esm-bridge/resolver.cjs',
+  setupFilesAfterEnv: ['<rootDir>/test/support/jest/esm-bridge/setup.ts'],
   transform: {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.json' }],
   },

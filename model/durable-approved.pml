@@ -76,6 +76,7 @@ inline replay(c, t, o) {
 proctype Request(byte c) {
   byte t, out;
   bool answered;
+  bool conflict;  /* the COMMIT failed with a serialization failure: PostgreSQL rolled the transaction back */
   if
   :: c == PROBER -> CLIENTS_DONE
   :: else -> skip
@@ -178,10 +179,18 @@ commit:
       :: printf("[%c] COMMIT\n", NAME(c)); txCommit(t); answered = true
       :: MAY(UNKNOWN) -> events++; printf("[%c] COMMIT applied, its reply lost\n", NAME(c)); txCommit(t); answered = false
       :: MAY(UNKNOWN) -> events++; txRollback(t); answered = false; printf("[%c] COMMIT fails\n", NAME(c))
+      :: MAY(UNKNOWN) -> events++; txRollback(t); answered = false; conflict = true;
+         printf("[%c] COMMIT fails with a serialization failure or deadlock (40001, 40P01): rolled back\n", NAME(c))
       fi;
       tokSt[t] = T_RUN;
       if
       :: KEEP(answered) /* guard:commit-answered */ -> answered = false
+      /* IdempotencyTransaction.isConflict(): DurableIdempotencyStore.isSerializationFailure(error) says
+         nothing committed, so the claim is abandoned at once (503, Retry-After: 1), never kept as an
+         unknown outcome. A 40001 raised by the handler's own statement is a handler failure the
+         policy releases (O_TRANSIENT above), answered the same way. */
+      :: conflict -> conflict = false; fastCallRelease(t);
+         printf("[%c]   a definite rollback: freeKey(), told 503 with Retry-After: 1\n", NAME(c)); retryLater(c, t)
       :: else -> printf("[%c]   'replaced' (store-unavailable): told 503, the Redis claim is kept until its lease lapses\n", NAME(c)); retryLater(c, t)
       fi
     }

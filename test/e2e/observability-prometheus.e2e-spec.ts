@@ -71,7 +71,7 @@ function queryPartOf(expr: string): string {
  * HTTP load does not produce its series.
  */
 async function alertExpressions(group = 'nestjs-idempotency'): Promise<{ alert: string; expr: string }[]> {
-  const groups = (await readFile(RULES, 'utf8')).split(/\n  - name: /);
+  const groups = (await readFile(RULES, 'utf8')).split(/\n {2}- name: /);
   const text = groups.find((g) => g.startsWith(`${group}\n`)) ?? '';
   const alerts = [...text.matchAll(/- alert: (\S+)[\s\S]*?\n\s+expr: (.+)\n/g)];
   return alerts.map(([, alert, expr]) => ({ alert, expr }));

@@ -15,4 +15,5 @@ export const ENTRY_POINTS = [
   'telemetry',
   'testing',
   'client',
+  'cls',
 ];

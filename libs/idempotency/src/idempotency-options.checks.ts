@@ -49,6 +49,12 @@ export function validatePolicy(p: ResolvedPolicy): void {
         "store's transaction), so it cannot run unprotected. Use 'fail-closed', or drop durable/transactional.",
     );
   }
+  const levels = ['READ UNCOMMITTED', 'READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE'];
+  if (p.isolationLevel !== undefined && !levels.includes(p.isolationLevel)) {
+    fail(
+      `isolationLevel must be one of ${levels.map((level) => `'${level}'`).join(', ')}, got ${describe(p.isolationLevel)}.`,
+    );
+  }
   if (p.operation !== undefined && (typeof p.operation !== 'string' || p.operation.length === 0)) {
     fail(`operation must be a non-empty string, got ${describe(p.operation)}.`);
   }

@@ -182,6 +182,16 @@ describe('resolvePolicy', () => {
     expect(resolvePolicy({ onStoreError: 'fail-open' }).onStoreError).toBe('fail-open');
   });
 
+  it('isolationLevel: the route over the module, none by default, an unknown level refused at startup', () => {
+    expect(resolvePolicy({}).isolationLevel).toBeUndefined();
+    expect(resolvePolicy({ isolationLevel: 'REPEATABLE READ' }).isolationLevel).toBe('REPEATABLE READ');
+    expect(
+      resolvePolicy({ isolationLevel: 'REPEATABLE READ' }, { transactional: true, isolationLevel: 'SERIALIZABLE' })
+        .isolationLevel,
+    ).toBe('SERIALIZABLE');
+    expect(() => resolvePolicy({ isolationLevel: 'SNAPSHOT' as never })).toThrow(/isolationLevel must be one of/);
+  });
+
   it('lower-cases fingerprint header names once', () => {
     expect(resolvePolicy({ fingerprint: { headers: ['Api-Version'] } }).fingerprint).toEqual({
       json: 'lossless',

@@ -9,6 +9,7 @@ import {
 } from './idempotency.constants.js';
 import type {
   IdempotencyHttpRequest,
+  IdempotencyIsolationLevel,
   IdempotencyModuleOptions,
   IdempotencyPolicyOptions,
   IdempotentOptions,
@@ -25,9 +26,11 @@ type Required2<T> = { [K in keyof T]-?: Exclude<T[K], undefined> };
 
 /** A route's policy with every default applied: what the engine and the adapters read. */
 export interface ResolvedPolicy extends Required2<
-  Omit<IdempotencyPolicyOptions, 'keyPattern' | 'inProgress' | 'replayHeader'>
+  Omit<IdempotencyPolicyOptions, 'keyPattern' | 'inProgress' | 'replayHeader' | 'isolationLevel'>
 > {
   keyPattern?: RegExp;
+  /** The route's transaction isolation (`transactional` routes); undefined: the database's default. */
+  isolationLevel?: IdempotencyIsolationLevel;
   inProgress: Required2<Omit<InProgressOptions, 'retryAfterSeconds'>> & { retryAfterSeconds?: number };
   replayHeader: Required2<ReplayHeaderOptions>;
   /** Upper-cased `methods`, for a quick lookup. */
@@ -54,7 +57,7 @@ export interface ResolvedModuleSettings {
   protectAllRoutes: boolean;
 }
 
-const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern' | 'heartbeatMs'>> = {
+const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern' | 'heartbeatMs' | 'isolationLevel'>> = {
   methods: ['POST', 'PATCH'],
   required: false,
   keySyntax: 'compat',
@@ -160,6 +163,7 @@ export function resolvePolicy(
     transactional: pick('transactional'),
     durable: pick('durable') || pick('transactional'),
     operation: routeOptions.operation,
+    isolationLevel: routeOptions.isolationLevel ?? moduleOptions.isolationLevel,
   };
   validatePolicy(policy);
   checkNestedOptions(moduleOptions, routeOptions);

@@ -13,6 +13,7 @@ export { fromClientIp, fromHeader, fromUser } from './http/scope-resolvers.js';
 export type {
   FingerprintOption,
   IdempotencyHttpRequest,
+  IdempotencyIsolationLevel,
   IdempotencyModuleOptions,
   IdempotencyPolicyOptions,
   IdempotentOptions,
@@ -76,6 +77,7 @@ export {
   DurableIdempotencyStore,
   type DurableClaimTransaction,
   type DurableTransaction,
+  type DurableTransactionOptions,
   type TransactionalClaimResult,
 } from './stores/durable-idempotency-store.js';
 export { MemoryIdempotencyStore, type MemoryIdempotencyStoreOptions } from './stores/memory-idempotency.store.js';
@@ -85,6 +87,10 @@ export type {
   StoredResponse,
 } from './interfaces/idempotency-record.interface.js';
 export { IdempotencyClaimLostError } from './errors/idempotency-claim-lost.error.js';
+export {
+  IdempotencyIsolationError,
+  IdempotencyNestedTransactionError,
+} from './errors/idempotency-transaction.errors.js';
 
 // HTTP names
 export { IDEMPOTENCY_CORS, IDEMPOTENCY_KEY_HEADER, IDEMPOTENT_REPLAYED_HEADER } from './idempotency.constants.js';

@@ -1,5 +1,7 @@
+import { ClsPluginTransactional } from '@nestjs-cls/transactional';
 import { Global, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { ClsModule } from 'nestjs-cls';
 import { DataSource } from 'typeorm';
 import { ConfigService } from '@nestjs/config';
 import type { OrdersConfig } from '../config/orders.config.js';
@@ -7,10 +9,12 @@ import { Clock } from '../common/clock.js';
 import { dataSourceOptionsFor } from './data-source-options.js';
 import { migrateDatabase } from './migrate.js';
 import { TransactionRunner } from './transaction-runner.js';
+import { transactionalAdapter } from './transactions.js';
 
 /**
  * The database: TypeORM on PostgreSQL or embedded sql.js, migrated before the first request.
- * `DataSource` (from TypeOrmModule), {@link TransactionRunner} and {@link Clock} are global.
+ * `DataSource` (from TypeOrmModule), `TransactionHost` (from `@nestjs-cls/transactional`),
+ * {@link TransactionRunner} and {@link Clock} are global.
  */
 @Global()
 @Module({
@@ -37,6 +41,9 @@ import { TransactionRunner } from './transaction-runner.js';
         return dataSource;
       },
     }),
+    // Transactions propagate through nestjs-cls: services write through `TransactionHost.tx`, and
+    // inside a transactional route that is the route's own transaction (see transactions.ts).
+    ClsModule.forRoot({ global: true, plugins: [new ClsPluginTransactional({ adapter: transactionalAdapter() })] }),
   ],
   providers: [TransactionRunner, Clock],
   exports: [TransactionRunner, Clock],

@@ -1,3 +1,4 @@
+import { TransactionHost } from '@nestjs-cls/transactional';
 import { Module } from '@nestjs/common';
 import { IdempotencyModule, MemoryIdempotencyStore } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
@@ -8,6 +9,7 @@ import type { DataSource } from 'typeorm';
 import { ConfigService } from '@nestjs/config';
 import type { OrdersConfig } from '../config/orders.config.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
+import { idempotencyTransactions } from '../database/transactions.js';
 import { REDIS_CLIENT } from '../redis/redis.constants.js';
 
 /** Set by `TenantGuard` (which runs before interceptors) from a valid `X-Tenant-ID`. */
@@ -21,7 +23,8 @@ interface TenantRequest {
  *   the in-memory store otherwise;
  * - durable tier: the `idempotency_records` table in the service's own database (PostgreSQL or
  *   the embedded sql.js), through `TransactionRunner` so that on sql.js its statements never
- *   interleave with the service's transactions.
+ *   interleave with the service's transactions. A transactional route's transaction is handed to
+ *   `TransactionHost` (`propagate`), so the services' writes join it.
  * Keys are scoped per tenant and operation: the sample has no authentication, so there is no
  * principal to scope by. Expired records are reaped every minute. Stored responses are sealed
  * with AES-256-GCM when `IDEMPOTENCY_ENCRYPTION_KEYS` is set.
@@ -29,17 +32,27 @@ interface TenantRequest {
 @Module({
   imports: [
     IdempotencyModule.forRootAsync({
-      inject: [ConfigService, getDataSourceToken(), TransactionRunner, { token: REDIS_CLIENT, optional: true }],
+      inject: [
+        ConfigService,
+        getDataSourceToken(),
+        TransactionRunner,
+        TransactionHost,
+        { token: REDIS_CLIENT, optional: true },
+      ],
       useFactory: (
         config: ConfigService<OrdersConfig, true>,
         dataSource: DataSource,
         runner: TransactionRunner,
+        txHost: TransactionHost,
         redis?: Redis,
       ) => {
         const { leaseMs, encryption } = config.get('idempotency', { infer: true });
         return {
           store: redis ? new RedisIdempotencyStore(redis) : new MemoryIdempotencyStore(),
-          durableStore: new TypeOrmIdempotencyStore(dataSource, { runExclusive: (work) => runner.exclusive(work) }),
+          durableStore: new TypeOrmIdempotencyStore(dataSource, {
+            runExclusive: (work) => runner.exclusive(work),
+            propagate: idempotencyTransactions.propagateTo(txHost),
+          }),
           reaper: { intervalMs: 60_000 },
           tenant: (request) => (request as TenantRequest).tenantId,
           scope: ['tenant', 'operation'],

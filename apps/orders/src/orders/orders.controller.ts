@@ -1,6 +1,5 @@
 import { Body, Controller, Get, Param, Post, Res } from '@nestjs/common';
 import { Idempotent, IdempotencyContext, IdempotencyContextRef } from 'nestjs-idempotency';
-import type { EntityManager } from 'typeorm';
 import { OutboxRelay } from '../events/outbox.relay.js';
 import { TenantId } from '../common/tenant/tenant-id.decorator.js';
 import { CreateOrderDto } from './dto/create-order.dto.js';
@@ -42,7 +41,8 @@ export class OrdersController {
       providerKey: idempotency.derivedKey('payment'),
       // Carried to the event's consumers (a message header on RabbitMQ): the same boundary as this request.
       eventKey: idempotency.derivedKey('order.created'),
-      manager: idempotency.getManager<EntityManager>(),
+      // No manager to pass: OrdersService writes through TransactionHost, which inside this route
+      // is the route's transaction (see database/transactions.ts).
     });
     response.header('Location', `/orders/${order.id}`);
     // The idempotency layer sends the response only after its transaction committed.

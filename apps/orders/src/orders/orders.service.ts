@@ -1,10 +1,11 @@
 import { randomUUID } from 'node:crypto';
+import { TransactionHost } from '@nestjs-cls/transactional';
 import { Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';
 import { ProblemException } from '../common/problem-details/problem-details.js';
 import { isUuid } from '../common/tenant/tenant-id.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
+import type { OrdersTransactionHost } from '../database/transactions.js';
 import { OutboxEvent } from '../events/outbox-event.entity.js';
 import { PaymentKeyReusedError, PaymentsService } from '../payments/payments.service.js';
 import type { CreateOrderDto } from './dto/create-order.dto.js';
@@ -19,26 +20,32 @@ export interface CreateOrderOptions {
   providerKey: string;
   /** Idempotency key the `order.created` event carries to its consumers (`outbox_events.message_key`). */
   eventKey?: string;
-  /**
-   * A transaction to run in. Given (by the idempotency layer, which commits its record in the
-   * same transaction), the order joins it; absent, `create` opens and commits its own.
-   */
-  manager?: EntityManager;
 }
 
-/** Orders of a tenant: create (and charge), read, list. Knows nothing of HTTP or idempotency. */
+/**
+ * Orders of a tenant: create (and charge), read, list. Knows nothing of HTTP or idempotency: it
+ * writes through the repositories of the current transaction (`TransactionHost.tx`), which inside
+ * a transactional route is the route's own.
+ */
 @Injectable()
 export class OrdersService {
+  private readonly txHost: OrdersTransactionHost;
+
   constructor(
     private readonly payments: PaymentsService,
     private readonly db: TransactionRunner,
     private readonly clock: Clock,
-  ) {}
+    txHost: TransactionHost,
+  ) {
+    this.txHost = txHost as OrdersTransactionHost;
+  }
 
-  /** Writes the order and its items, charges it and records its `order.created` event, all in one transaction. */
+  /**
+   * Writes the order and its items, charges it and records its `order.created` event, all in one
+   * transaction: the caller's if there is one (a transactional route's), else its own.
+   */
   create(tenantId: string, dto: CreateOrderDto, options: CreateOrderOptions): Promise<OrderView> {
-    const work = (manager: EntityManager) => this.createWithin(manager, tenantId, dto, options);
-    return options.manager ? work(options.manager) : this.db.transaction(work);
+    return this.db.transaction(() => this.createWithin(tenantId, dto, options));
   }
 
   /** The tenant's order, or a `not-found` problem (also for another tenant's id, or a non-UUID). */
@@ -67,12 +74,13 @@ export class OrdersService {
   }
 
   private async createWithin(
-    manager: EntityManager,
     tenantId: string,
     dto: CreateOrderDto,
     { providerKey, eventKey }: CreateOrderOptions,
   ): Promise<OrderView> {
-    const order = manager.create(Order, {
+    const orders = this.txHost.tx.getRepository(Order);
+    const items = this.txHost.tx.getRepository(OrderItem);
+    const order = orders.create({
       id: randomUUID(),
       tenantId,
       customerId: dto.customerId.toLowerCase(),
@@ -82,9 +90,9 @@ export class OrdersService {
       paymentId: null,
       createdAtMs: this.clock.nowMs(),
     });
-    await manager.insert(Order, order);
+    await orders.insert(order);
     order.items = dto.items.map((item, position) =>
-      manager.create(OrderItem, {
+      items.create({
         orderId: order.id,
         position,
         sku: item.sku,
@@ -92,13 +100,10 @@ export class OrdersService {
         unitPriceCents: item.unitPriceCents,
       }),
     );
-    await manager.insert(OrderItem, order.items);
+    await items.insert(order.items);
 
     const payment = await this.payments
-      .charge(
-        { tenantId, orderId: order.id, amountCents: order.totalCents, currency: order.currency, providerKey },
-        manager,
-      )
+      .charge({ tenantId, orderId: order.id, amountCents: order.totalCents, currency: order.currency, providerKey })
       .catch((error: unknown) => {
         throw error instanceof PaymentKeyReusedError
           ? new ProblemException(
@@ -109,10 +114,10 @@ export class OrdersService {
       });
     order.status = 'paid';
     order.paymentId = payment.id;
-    await manager.update(Order, { id: order.id }, { status: order.status, paymentId: order.paymentId });
+    await orders.update({ id: order.id }, { status: order.status, paymentId: order.paymentId });
     // The order.created event commits with the order (transactional outbox): it exists if and
     // only if the order does, and the relay publishes it after the commit.
-    await manager.insert(OutboxEvent, {
+    await this.txHost.tx.getRepository(OutboxEvent).insert({
       id: randomUUID(),
       type: 'order.created',
       tenantId,

@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import { TransactionHost } from '@nestjs-cls/transactional';
 import { Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
 import { Clock } from '../common/clock.js';
 import { TransactionRunner } from '../database/transaction-runner.js';
+import type { OrdersTransactionHost } from '../database/transactions.js';
 import type { Currency } from '../orders/currency.js';
 import { Payment } from './payment.entity.js';
 
@@ -41,14 +42,20 @@ export function isSameCharge(stored: ChargeRequest, request: ChargeRequest): boo
  */
 @Injectable()
 export class PaymentsService {
+  private readonly txHost: OrdersTransactionHost;
+
   constructor(
     private readonly clock: Clock,
     private readonly db: TransactionRunner,
-  ) {}
+    txHost: TransactionHost,
+  ) {
+    this.txHost = txHost as OrdersTransactionHost;
+  }
 
-  /** Charges within the caller's transaction (`manager`): it commits or rolls back with it. */
-  async charge(request: ChargeRequest, manager: EntityManager): Promise<Payment> {
-    const candidate = manager.create(Payment, {
+  /** Charges within the current transaction (`TransactionHost.tx`): it commits or rolls back with it. */
+  async charge(request: ChargeRequest): Promise<Payment> {
+    const payments = this.txHost.tx.getRepository(Payment);
+    const candidate = payments.create({
       id: randomUUID(),
       ...request,
       status: 'charged',
@@ -56,8 +63,8 @@ export class PaymentsService {
     });
     // ON CONFLICT DO NOTHING on PostgreSQL, INSERT OR IGNORE on SQLite: a duplicate key never
     // aborts the caller's transaction; the row that holds the key is read back instead.
-    await manager.createQueryBuilder().insert().into(Payment).values(candidate).orIgnore().execute();
-    const stored = await manager.findOneByOrFail(Payment, { providerKey: request.providerKey });
+    await payments.createQueryBuilder().insert().values(candidate).orIgnore().execute();
+    const stored = await payments.findOneByOrFail({ providerKey: request.providerKey });
     if (stored.id !== candidate.id && !isSameCharge(stored, request)) {
       throw new PaymentKeyReusedError();
     }

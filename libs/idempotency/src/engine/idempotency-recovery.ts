@@ -6,7 +6,11 @@
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import type { DurableIdempotencyStore, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
+import type {
+  DurableIdempotencyStore,
+  DurableTransactionOptions,
+  TransactionalClaimResult,
+} from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, IdempotencyStore } from '../stores/idempotency-store.js';
 import type { IdempotencyTelemetry } from '../telemetry/idempotency-telemetry.js';
 import type { BeginRequest, BeginResult } from './idempotency-engine.types.js';
@@ -27,15 +31,24 @@ export class IdempotencyRecovery {
     // the telemetry's public store wrapper.
     this.observedClaim = telemetry.instrumentStore(
       {
-        claim: (durable: DurableIdempotencyStore, key: string, request: ClaimRequest) =>
-          durable.claimInTransaction!(key, request),
+        claim: (
+          durable: DurableIdempotencyStore,
+          key: string,
+          request: ClaimRequest,
+          options: DurableTransactionOptions,
+        ) => durable.claimInTransaction!(key, request, options),
       },
       'durable',
     );
   }
 
   private readonly observedClaim: {
-    claim(durable: DurableIdempotencyStore, key: string, request: ClaimRequest): Promise<TransactionalClaimResult>;
+    claim(
+      durable: DurableIdempotencyStore,
+      key: string,
+      request: ClaimRequest,
+      options: DurableTransactionOptions,
+    ): Promise<TransactionalClaimResult>;
   };
 
   async judge(
@@ -76,7 +89,10 @@ export class IdempotencyRecovery {
       if (policy.transactional && durable.claimInTransaction) {
         // The claim is the first statement of the route's transaction (docs/durable-tier.md):
         // a duplicate waits on its uncommitted row, the handler runs in it, one commit.
-        const opened = await this.observedClaim.claim(durable, scoped.id, claimRequest);
+        const opened = await this.observedClaim.claim(durable, scoped.id, claimRequest, {
+          isolationLevel: policy.isolationLevel,
+          label: this.telemetry.operationOf(scoped),
+        });
         if (opened.kind === 'claimed') {
           const { transaction } = opened;
           // After a dead fast lease, the earlier run may have been cut short (its transaction, and

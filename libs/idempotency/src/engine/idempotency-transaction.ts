@@ -2,6 +2,7 @@
  * `execute` on `transactional` routes: the handler runs inside a durable-store transaction, and
  * the completed record commits in it, or nothing does (docs/contract.md B.7 rule 17a).
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { context as otelContext } from '@opentelemetry/api';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
@@ -18,6 +19,9 @@ import type { StoredResponseSealer } from './stored-response-sealer.js';
 const ROLLBACK = Symbol('rollback');
 
 export class IdempotencyTransaction {
+  /** The operation whose transactional handler runs in this async context, if one does. */
+  private readonly running = new AsyncLocalStorage<string>();
+
   constructor(
     private readonly durable: () => DurableIdempotencyStore,
     private readonly telemetry: IdempotencyTelemetry,
@@ -45,6 +49,14 @@ export class IdempotencyTransaction {
     complete(transaction: DurableClaimTransaction, response: StoredResponse): Promise<boolean>;
   };
 
+  /**
+   * The operation of the transactional handler (route or `run()`) running in the caller's async
+   * context: a transactional claim made there would not share its fate, and is refused.
+   */
+  activeOperation(): string | undefined {
+    return this.running.getStore();
+  }
+
   async execute(claim: IdempotencyClaim, execution: Execution): Promise<ExecutionResult> {
     const open = claim.takeTransaction();
     if (open) return this.executeInClaimTransaction(claim, open, execution);
@@ -58,33 +70,42 @@ export class IdempotencyTransaction {
     let response: StoredResponse | undefined;
     let committed: StoredResponse | undefined;
     try {
-      await this.durable().transaction(scoped.id, ownerToken, async (transaction) => {
-        const undoHandlerWrites = await transaction.savepoint?.();
-        const ran = execution.run(transaction.manager).then((value) => (outcome = value));
-        response = await execution.response(ran);
-        await ran;
-        // Committed ⇔ completed (docs/contract.md B.7 rule 17a): whatever frees the key, a failure or a
-        // success the policy does not keep, rolls the handler's writes back with it.
-        if (!response) throw ROLLBACK;
-        if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
-        if (!outcome!.ok) {
-          // A failure the policy stores: its writes go, and the failure completes in this same
-          // transaction, under the row lock, so nobody takes the row over in between.
-          if (!undoHandlerWrites) throw ROLLBACK;
-          await undoHandlerWrites();
-        }
-        const stored = this.sealer.storable(scoped.id, policy, response);
-        if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
-          throw new IdempotencyClaimLostError(scoped.id);
-        }
-        committed = stored;
-      });
+      const transactionOptions = { isolationLevel: policy.isolationLevel, label: this.telemetry.operationOf(scoped) };
+      await this.durable().transaction(
+        scoped.id,
+        ownerToken,
+        async (transaction) => {
+          const undoHandlerWrites = await transaction.savepoint?.();
+          const ran = this.running
+            .run(this.telemetry.operationOf(scoped), () => execution.run(transaction.manager))
+            .then((value) => (outcome = value));
+          response = await execution.response(ran);
+          await ran;
+          // Committed ⇔ completed (docs/contract.md B.7 rule 17a): whatever frees the key, a failure or a
+          // success the policy does not keep, rolls the handler's writes back with it.
+          if (!response) throw ROLLBACK;
+          if (decideOutcome(response.statusCode, policy, execution.override(outcome)) === 'release') throw ROLLBACK;
+          if (!outcome!.ok) {
+            // A failure the policy stores: its writes go, and the failure completes in this same
+            // transaction, under the row lock, so nobody takes the row over in between.
+            if (!undoHandlerWrites) throw ROLLBACK;
+            await undoHandlerWrites();
+          }
+          const stored = this.sealer.storable(scoped.id, policy, response);
+          if (!(await this.durable().complete(scoped.id, ownerToken, stored, transaction))) {
+            throw new IdempotencyClaimLostError(scoped.id);
+          }
+          committed = stored;
+        },
+        transactionOptions,
+      );
     } catch (error) {
       if (error === ROLLBACK) {
         // The business writes are rolled back; the outcome policy still decides the record. A
         // stored failure whose claim was taken over meanwhile must not reach its client as the
         // key's answer: another request now owns the key (409, retry).
         const finished = await this.settlement.settle(claim, response, execution.override(outcome));
+        if (this.rolledBackByConflict(outcome)) return ROLLED_BACK_BY_CONFLICT;
         return finished === 'lost' && outcome
           ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 }
           : { kind: 'sent' };
@@ -97,11 +118,18 @@ export class IdempotencyTransaction {
           ? { kind: 'replaced', reason: 'lost', retryAfterSeconds: 1 }
           : { kind: 'not-run', reason: 'lost', retryAfterSeconds: 1 };
       }
-      if (!outcome) {
-        // The transaction never started: nothing ran, so the key is freed for the retry.
-        this.telemetry.storeError(scoped, { phase: 'transaction', outcome: 'not_run', error });
+      if (!outcome || this.isConflict(error)) {
+        // The transaction never started (nothing ran), or the database rolled it back to resolve
+        // a conflict (a serialization failure, the COMMIT's included): the key is freed for the retry.
+        this.telemetry.storeError(scoped, {
+          phase: 'transaction',
+          outcome: outcome ? 'rolled_back' : 'not_run',
+          error,
+        });
         await this.settlement.release(claim).catch(() => undefined);
-        return { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
+        return outcome
+          ? ROLLED_BACK_BY_CONFLICT
+          : { kind: 'not-run', reason: 'store-unavailable', retryAfterSeconds: 1 };
       }
       // The commit may or may not have happened: keep the claim; after its lease, recovery reads
       // the durable row and replays what committed or runs again what did not.
@@ -111,6 +139,16 @@ export class IdempotencyTransaction {
     this.claims.drop(claim);
     await this.settlement.mirrorCompletion(claim, committed!);
     return { kind: 'sent' };
+  }
+
+  /** A serialization failure or deadlock, as the durable store recognises them. */
+  private isConflict(error: unknown): boolean {
+    return error !== ROLLBACK && this.durable().isSerializationFailure?.(error) === true;
+  }
+
+  /** The handler failed because the database rolled its transaction back (its own statement met a conflict). */
+  private rolledBackByConflict(outcome: HandlerOutcome | undefined): boolean {
+    return outcome !== undefined && !outcome.ok && this.isConflict(outcome.error);
   }
 
   /**
@@ -138,15 +176,17 @@ export class IdempotencyTransaction {
         const trace = otelContext.active();
         try {
           await transaction.run(() =>
-            otelContext.with(trace, async () => {
-              const settled = execution.run(transaction.manager).then((value) => (outcome = value));
-              try {
-                response = await execution.response(settled);
-              } finally {
-                // The handler's statements run on the transaction's connection: it ends after them.
-                await settled.catch(() => undefined);
-              }
-            }),
+            this.running.run(this.telemetry.operationOf(scoped), () =>
+              otelContext.with(trace, async () => {
+                const settled = execution.run(transaction.manager).then((value) => (outcome = value));
+                try {
+                  response = await execution.response(settled);
+                } finally {
+                  // The handler's statements run on the transaction's connection: it ends after them.
+                  await settled.catch(() => undefined);
+                }
+              }),
+            ),
           );
         } catch (error) {
           adapterFailed = true;
@@ -166,6 +206,13 @@ export class IdempotencyTransaction {
     } catch (error) {
       await transaction.rollback(); // a no-op once the commit was sent
       this.claims.drop(claim);
+      if (this.isConflict(error) || (error === ROLLBACK && this.rolledBackByConflict(outcome))) {
+        // The database rolled the transaction back to resolve a conflict (a serialization failure
+        // or a deadlock, in the claim, the handler, the completion or the COMMIT): nothing
+        // committed, so this is a definite rollback, never an unknown outcome. The key is freed.
+        await this.settlement.abandon(claim).catch(() => undefined);
+        return ROLLED_BACK_BY_CONFLICT;
+      }
       if (stored) {
         // The COMMIT itself failed: it may or may not have happened. Keep the fast claim; after its
         // lease, recovery reads the durable row and replays what committed or runs what did not.
@@ -191,6 +238,13 @@ export class IdempotencyTransaction {
     return { kind: 'sent' };
   }
 }
+
+/** What a request rolled back by a serialization failure or deadlock answers: `503`, retry at once. */
+const ROLLED_BACK_BY_CONFLICT: ExecutionResult = {
+  kind: 'replaced',
+  reason: 'store-unavailable',
+  retryAfterSeconds: 1,
+};
 
 function leaseSeconds(leaseMs: number): number {
   return Math.max(1, Math.ceil(leaseMs / 1000));

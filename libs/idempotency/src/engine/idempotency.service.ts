@@ -1,4 +1,5 @@
 import { Inject, Injectable, OnApplicationShutdown, Optional } from '@nestjs/common';
+import { IdempotencyNestedTransactionError } from '../errors/idempotency-transaction.errors.js';
 import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
 import type { IdempotentOptions } from '../interfaces/idempotency-module-options.interface.js';
@@ -92,6 +93,10 @@ export class IdempotencyService implements OnApplicationShutdown {
       throw new IdempotencyConfigurationError(
         'a durable or transactional route needs a durable store: pass `durableStore` to IdempotencyModule.',
       );
+    }
+    const outer = policy.transactional ? this.transaction.activeOperation() : undefined;
+    if (outer !== undefined) {
+      throw new IdempotencyNestedTransactionError(request.labels?.operation ?? policy.operation ?? 'run()', outer);
     }
     const waitUntil = policy.inProgress.mode === 'wait' ? Date.now() + policy.inProgress.maxWaitMs : 0;
     for (;;) {

@@ -151,7 +151,24 @@ export interface IdempotencyPolicyOptions {
    * Implies `durable`. @default false
    */
   transactional?: boolean;
+  /**
+   * `transactional` routes: the isolation level their transaction BEGINs at (set per route, or
+   * for the whole module). Asking for a stronger level inside the route (`manager.transaction('SERIALIZABLE', ...)`)
+   * fails with `IdempotencyIsolationError` instead of silently running at the route's level: set it
+   * here. Under `REPEATABLE READ` and `SERIALIZABLE` a serialization failure or deadlock anywhere in
+   * the route (claim, handler, completion, COMMIT) rolls everything back, frees the key and answers
+   * `503` with `Retry-After: 1` (docs/durable-tier.md, "Isolation levels").
+   * @default undefined (the database's default, `READ COMMITTED` on PostgreSQL)
+   */
+  isolationLevel?: IdempotencyIsolationLevel;
 }
+
+/**
+ * The isolation levels a transactional route may BEGIN at (SQL's names; TypeORM's `IsolationLevel`).
+ *
+ * @publicApi
+ */
+export type IdempotencyIsolationLevel = 'READ UNCOMMITTED' | 'READ COMMITTED' | 'REPEATABLE READ' | 'SERIALIZABLE';
 
 /**
  * The reaper deletes expired durable records in batches (DESIGN "Operations").

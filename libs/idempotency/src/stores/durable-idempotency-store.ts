@@ -1,3 +1,4 @@
+import type { IdempotencyIsolationLevel } from '../interfaces/idempotency-module-options.interface.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import {
   PING_PROBE_ID,
@@ -28,6 +29,19 @@ export interface DurableTransaction {
    * answers `409` if its claim was lost meanwhile.
    */
   savepoint?(): Promise<() => Promise<void>>;
+}
+
+/**
+ * How the engine asks a durable store to open a route's transaction (`claimInTransaction`,
+ * `transaction`).
+ *
+ * @publicApi
+ */
+export interface DurableTransactionOptions {
+  /** The isolation level the transaction BEGINs at; undefined: the database's default. */
+  readonly isolationLevel?: IdempotencyIsolationLevel;
+  /** What the transaction serves (the route's operation, `POST /orders`), for the store's warnings. */
+  readonly label?: string;
 }
 
 /**
@@ -142,7 +156,20 @@ export abstract class DurableIdempotencyStore {
    *   }
    * }
    */
-  claimInTransaction?(key: string, request: ClaimRequest): Promise<TransactionalClaimResult>;
+  claimInTransaction?(
+    key: string,
+    request: ClaimRequest,
+    options?: DurableTransactionOptions,
+  ): Promise<TransactionalClaimResult>;
+
+  /**
+   * OPTIONAL. True when `error` (thrown by the store, or by the handler's own statements in a
+   * store transaction) says the database rolled the transaction back to resolve a conflict: a
+   * serialization failure or a deadlock (SQLSTATE `40001`, `40P01`). Nothing of that transaction
+   * committed, even when it was raised by the COMMIT itself: the engine frees the key and answers
+   * `503` with a short `Retry-After` instead of treating the outcome as unknown.
+   */
+  isSerializationFailure?(error: unknown): boolean;
 
   /**
    * Compare-and-set takeover: when the row is `in_progress`, owned by `expectedOwnerToken` and
@@ -188,6 +215,7 @@ export abstract class DurableIdempotencyStore {
     key: string,
     ownerToken: string,
     work: (transaction: DurableTransaction) => Promise<T>,
+    options?: DurableTransactionOptions,
   ): Promise<T>;
 
   /**

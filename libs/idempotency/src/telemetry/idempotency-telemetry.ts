@@ -346,6 +346,11 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
       : { keyHash: scoped.id, operation, tenant, tier };
   }
 
+  /** The operation a claim serves (`POST /orders`, or the route's `operation`), as logs and metrics name it. */
+  operationOf(scoped: ScopedKey): string {
+    return this.labelsOf(scoped).operation;
+  }
+
   private labelsOf(scoped: ScopedKey): TelemetryLabels {
     return this.labels.get(scoped) ?? { operation: UNKNOWN_OPERATION };
   }

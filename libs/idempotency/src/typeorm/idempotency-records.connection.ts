@@ -1,57 +1,44 @@
 /**
- * The TypeORM store's DataSource and transaction handling: each operation on a query runner of
- * its own (a pooled connection on PostgreSQL) inside the exclusive section (sql.js), the
- * transactions `transaction()` opens and the runners they hold, guarded writes that wait for a
- * row lock at most `lockTimeoutMs`, and the `IdempotencyStoreError` a failure becomes.
+ * The TypeORM store's DataSource handling: each operation on a query runner of its own (a pooled
+ * connection on PostgreSQL) inside the exclusive section (sql.js), the transactions
+ * `transaction()` opens, guarded writes that wait for a row lock at most `lockTimeoutMs`, and the
+ * `IdempotencyStoreError` a failure becomes. Claims in a transaction: claim-transactions.ts.
  */
-import { AsyncResource } from 'node:async_hooks';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
-import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
+import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import type {
-  DurableClaimTransaction,
   DurableTransaction,
+  DurableTransactionOptions,
   TransactionalClaimResult,
 } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest } from '../stores/idempotency-store.js';
-import { changedOne, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
+import { ClaimTransactions } from './claim-transactions.js';
+import { decodeRecord, single, type Row } from './idempotency-record.codec.js';
 import { IDEMPOTENCY_RECORDS_TABLE } from './idempotency-record.entity.js';
 import {
   LOCK_NOT_AVAILABLE,
-  SERIALIZATION_FAILURE,
   sqlState,
   statementsFor,
   type Dialect,
   type Statements,
 } from './idempotency-records.sql.js';
+import {
+  HANDLER_SAVEPOINT,
+  OpenTransactions,
+  releaseQuietly,
+  rollbackQuietly,
+  UNDO_HANDLER_WRITES,
+} from './query-runners.js';
+import type { RouteTransactions } from './route-transactions.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
-
-/** Where the handler's writes begin in a route's transaction (PostgreSQL and SQLite spell it alike). */
-const HANDLER_SAVEPOINT_NAME = 'idempotency_handler';
-const HANDLER_SAVEPOINT = `SAVEPOINT ${HANDLER_SAVEPOINT_NAME}`;
-const UNDO_HANDLER_WRITES = `ROLLBACK TO SAVEPOINT ${HANDLER_SAVEPOINT_NAME}`;
-
-/** The few members of node-postgres' `Client` the store's own statements use (typeorm is the only import). */
-interface PgClient {
-  query(text: string, values?: unknown[]): Promise<{ rows: Row[]; rowCount: number | null }>;
-}
-
-/** What one statement answered: its rows (RETURNING, SELECT) and how many rows it changed. */
-interface StatementResult {
-  records: Row[];
-  affected?: number;
-}
-
-/** `claimInTransaction`'s attempts at the insert: see MAX_CLAIM_ATTEMPTS in the store. */
-const MAX_TRANSACTIONAL_CLAIM_ATTEMPTS = 5;
 
 /** @internal */
 export class IdempotencyRecordsConnection {
-  /** Transactions opened by `transaction()` whose `work` has not settled yet, with their runner. */
-  private readonly openTransactions = new WeakMap<DurableTransaction, QueryRunner>();
-  /** The same runners by claim (`key`, owner token): the owner's heartbeat renews through them. */
-  private readonly claimsInTransaction = new Map<string, QueryRunner>();
+  /** Transactions opened by `transaction()` or a claim whose work has not settled yet, with their runner. */
+  readonly openTransactions = new OpenTransactions();
+  private readonly claims = new ClaimTransactions(this);
   /** Built on first use: on PostgreSQL the schema is known once the DataSource is connected. */
   private statements?: Statements;
 
@@ -59,41 +46,48 @@ export class IdempotencyRecordsConnection {
     private readonly dataSource: DataSource,
     readonly dialect: Dialect,
     readonly lockTimeoutMs: number,
-    private readonly exclusive: RunExclusive,
+    readonly exclusive: RunExclusive,
+    readonly routes: RouteTransactions,
   ) {}
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
-  transaction<T>(key: string, ownerToken: string, work: (transaction: DurableTransaction) => Promise<T>): Promise<T> {
-    return this.exclusive(() => this.runTransaction(key, ownerToken, work));
+  transaction<T>(
+    key: string,
+    ownerToken: string,
+    work: (transaction: DurableTransaction) => Promise<T>,
+    options: DurableTransactionOptions,
+  ): Promise<T> {
+    return this.exclusive(() => this.runTransaction(key, ownerToken, work, options));
   }
 
-  /**
-   * `TypeOrmIdempotencyStore.claimInTransaction`: BEGIN and the claim's INSERT on a connection of
-   * its own, left open for the engine. On sql.js the exclusive section is held until the
-   * transaction ends (commit or rollback), as `transaction()` holds it for its work.
-   */
+  /** `TypeOrmIdempotencyStore.claimInTransaction`: see claim-transactions.ts. */
   claimInTransaction(
     key: string,
     request: ClaimRequest,
     completion: (response: StoredResponse) => unknown[],
+    options: DurableTransactionOptions,
   ): Promise<TransactionalClaimResult> {
-    return new Promise<TransactionalClaimResult>((resolve, reject) => {
-      this.exclusive(async () => {
-        const opened = await this.openClaim(key, request, completion);
-        resolve(opened.result);
-        await opened.ended;
-      }).catch(reject);
-    });
+    return this.claims.open(key, request, completion, options);
+  }
+
+  /**
+   * BEGIN at the route's isolation level (PostgreSQL; SQLite's transactions on its one connection
+   * are serializable whatever is asked), and the guard against a stronger level asked inside.
+   */
+  async begin(runner: QueryRunner, options: DurableTransactionOptions): Promise<void> {
+    if (this.dialect !== 'postgres') return runner.startTransaction();
+    await runner.startTransaction(options.isolationLevel);
+    this.routes.guardIsolation(runner, options);
   }
 
   /** The runner of a transaction whose `work` is still running, or undefined. */
   runnerOf(transaction: DurableTransaction): QueryRunner | undefined {
-    return this.openTransactions.get(transaction);
+    return this.openTransactions.runnerOf(transaction);
   }
 
   /** The runner of the owner's open `transaction()` on this claim, or undefined. */
   runnerHolding(key: string, ownerToken: string): QueryRunner | undefined {
-    return this.claimsInTransaction.get(claimId(key, ownerToken));
+    return this.openTransactions.runnerHolding(key, ownerToken);
   }
 
   /**
@@ -181,12 +175,13 @@ export class IdempotencyRecordsConnection {
     key: string,
     ownerToken: string,
     work: (transaction: DurableTransaction) => Promise<T>,
+    options: DurableTransactionOptions,
   ): Promise<T> {
     const runner = this.connect('transaction');
     let result: T;
     try {
       try {
-        await runner.startTransaction();
+        await this.begin(runner, options);
         const rows = (await this.run(runner, this.sql.lockOwned, [key, ownerToken])).records;
         if (rows.length === 0) throw new IdempotencyClaimLostError(key);
         decodeRecord(single(rows));
@@ -201,19 +196,15 @@ export class IdempotencyRecordsConnection {
           return async () => void (await this.run(runner, UNDO_HANDLER_WRITES, []));
         },
       });
-      const claim = claimId(key, ownerToken);
-      this.openTransactions.set(transaction, runner);
-      this.claimsInTransaction.set(claim, runner);
+      this.openTransactions.add(transaction, key, ownerToken, runner);
       try {
-        result = await work(transaction);
+        result = await this.routes.run(runner, options, () => work(transaction));
       } catch (error) {
-        this.openTransactions.delete(transaction);
-        this.claimsInTransaction.delete(claim);
+        this.openTransactions.remove(transaction, key, ownerToken);
         await rollbackQuietly(runner);
         throw error;
       }
-      this.openTransactions.delete(transaction);
-      this.claimsInTransaction.delete(claim);
+      this.openTransactions.remove(transaction, key, ownerToken);
       try {
         await runner.commitTransaction();
       } catch (error) {
@@ -232,190 +223,7 @@ export class IdempotencyRecordsConnection {
     return result;
   }
 
-  /**
-   * The statements of `claimInTransaction` up to the claimed row: INSERT as the first statement
-   * (it waits for another transaction's uncommitted row of the key, at most `lockTimeoutMs`), and
-   * on a conflict the row as committed, read in the same transaction: an expired one is replaced
-   * there, anything else ends the transaction and is returned.
-   */
-  private async openClaim(
-    key: string,
-    request: ClaimRequest,
-    completion: (response: StoredResponse) => unknown[],
-  ): Promise<{ result: TransactionalClaimResult; ended?: Promise<void> }> {
-    const runner = this.connect('claimInTransaction');
-    const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
-    let claimed: IdempotencyRecord | undefined;
-    let existing: { record: IdempotencyRecord; nowMs: number } | undefined;
-    let phase: 'insert' | 'replace' = 'insert';
-    try {
-      await runner.startTransaction();
-      // The store's own statements go to the driver, past TypeORM's query layer; the handler
-      // gets `runner.manager`, the same connection and transaction.
-      const client = this.dialect === 'postgres' ? ((await runner.connect()) as PgClient) : undefined;
-      const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
-      for (let attempt = 1; attempt <= MAX_TRANSACTIONAL_CLAIM_ATTEMPTS && !claimed && !existing; attempt += 1) {
-        phase = 'insert';
-        const inserted = (await exec(this.sql.insertInTransaction, claimParams)).records;
-        if (inserted.length > 0) {
-          claimed = decodeRecord(single(inserted));
-          break;
-        }
-        const rows = (await exec(this.sql.select, [key])).records;
-        if (rows.length === 0) continue; // released or reaped in between: insert again
-        const row = single(rows);
-        const current = { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
-        if (current.record.expiresAtMs > current.nowMs) {
-          existing = current;
-          break;
-        }
-        phase = 'replace';
-        existing = current; // what a lock timeout on the expired row answers
-        const replaced = (await exec(this.sql.replaceExpired, claimParams)).records;
-        existing = undefined;
-        if (replaced.length > 0) claimed = decodeRecord(single(replaced));
-      }
-      if (!claimed) {
-        await runner.rollbackTransaction();
-        await runner.release();
-        if (existing) return { result: { kind: 'existing', ...existing } };
-        throw new IdempotencyStoreError(
-          `Durable idempotency store (${this.dialect}): a claim did not settle after ${MAX_TRANSACTIONAL_CLAIM_ATTEMPTS} ` +
-            'attempts because the row kept changing under it; retry the request.',
-          'durable',
-        );
-      }
-      return this.openTransaction(key, request.ownerToken, runner, client, claimed, completion);
-    } catch (error) {
-      await rollbackQuietly(runner);
-      await releaseQuietly(runner);
-      const state = sqlState(error);
-      if (state === LOCK_NOT_AVAILABLE) {
-        // The key's row is held by a live transaction: the insert of a running claim (busy), or
-        // an expired row an older transaction still holds (its owner is at work: as takeOver).
-        if (phase === 'insert') return { result: { kind: 'busy' } };
-        if (existing) return { result: { kind: 'existing', ...existing } };
-      }
-      // Under a stricter isolation level the insert that waited for a claim that then committed
-      // fails instead of seeing it: the key is as busy as it was, and a retry reads the answer.
-      if (state === SERIALIZATION_FAILURE && phase === 'insert') return { result: { kind: 'busy' } };
-      throw this.failure('claimInTransaction', error);
-    }
-  }
-
-  /** The handle of a claimed, open transaction, and the promise that settles once it has ended. */
-  private openTransaction(
-    key: string,
-    ownerToken: string,
-    runner: QueryRunner,
-    client: PgClient | undefined,
-    record: IdempotencyRecord,
-    completion: (response: StoredResponse) => unknown[],
-  ): { result: TransactionalClaimResult; ended: Promise<void> } {
-    let end!: () => void;
-    const ended = new Promise<void>((resolve) => (end = resolve));
-    let open = true;
-    // sql.js: the async context the claim was made in, inside the exclusive section, where the
-    // handler's own serialized calls must run (elsewhere they would wait for this transaction to
-    // end). PostgreSQL has no section: the handler keeps its caller's context (its trace).
-    const context = this.dialect === 'postgres' ? undefined : new AsyncResource('IdempotencyClaimTransaction');
-    const claim = claimId(key, ownerToken);
-    const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
-    const close = (): boolean => {
-      if (!open) return false;
-      open = false;
-      this.openTransactions.delete(transaction);
-      this.claimsInTransaction.delete(claim);
-      return true;
-    };
-    const checkOpen = (operation: string) => {
-      if (!open) throw new TypeError(`${operation}() on a claim transaction that has already ended`);
-    };
-    const transaction: DurableClaimTransaction = Object.freeze({
-      manager: runner.manager,
-      record,
-      savepoint: async () => {
-        checkOpen('savepoint');
-        try {
-          // PostgreSQL: one round trip puts the application's lock_timeout back for the handler
-          // and marks where its writes begin.
-          await exec(
-            this.sql.restoreLockTimeout ? `${this.sql.restoreLockTimeout}; ${HANDLER_SAVEPOINT}` : HANDLER_SAVEPOINT,
-            [],
-          );
-        } catch (error) {
-          throw this.failure('claimInTransaction savepoint', error);
-        }
-        return async () => {
-          checkOpen('undo');
-          try {
-            await exec(UNDO_HANDLER_WRITES, []);
-          } catch (error) {
-            throw this.failure('claimInTransaction undo', error);
-          }
-        };
-      },
-      run: <T>(work: () => Promise<T>): Promise<T> => (context ? context.runInAsyncScope(work) : work()),
-      complete: async (response: StoredResponse) => {
-        checkOpen('complete');
-        const params = completion(response);
-        try {
-          return changedOne(await exec(this.sql.complete, params));
-        } catch (error) {
-          throw this.failure('complete', error);
-        }
-      },
-      commit: async () => {
-        checkOpen('commit');
-        close();
-        try {
-          try {
-            await runner.commitTransaction();
-          } catch (error) {
-            await rollbackQuietly(runner);
-            await releaseQuietly(runner);
-            throw this.failure('transaction commit', error);
-          }
-          try {
-            // On sql.js, releasing is when a file-backed database is saved (autoSave).
-            await runner.release();
-          } catch (error) {
-            throw this.failure('transaction commit', error);
-          }
-        } finally {
-          context?.emitDestroy();
-          end();
-        }
-      },
-      rollback: async () => {
-        if (!close()) return;
-        await rollbackQuietly(runner);
-        await releaseQuietly(runner);
-        context?.emitDestroy();
-        end();
-      },
-    });
-    this.openTransactions.set(transaction, runner);
-    this.claimsInTransaction.set(claim, runner);
-    return { result: { kind: 'claimed', transaction }, ended };
-  }
-
-  /** One of the store's own statements: through the pg client when there is one, else TypeORM's runner. */
-  private async exec(
-    runner: QueryRunner,
-    client: PgClient | undefined,
-    sql: string,
-    params: unknown[],
-  ): Promise<StatementResult> {
-    if (!client) return this.run(runner, sql, params);
-    // No parameters: the simple protocol, so that several statements may share one round trip.
-    const result = params.length === 0 ? await client.query(sql) : await client.query(sql, params);
-    // A multi-statement query answers one result per statement: the last one is the one read.
-    const last = (Array.isArray(result) ? result.at(-1) : result) as { rows: Row[]; rowCount: number | null };
-    return { records: last.rows ?? [], affected: last.rowCount ?? undefined };
-  }
-
-  private connect(operation: string): QueryRunner {
+  connect(operation: string): QueryRunner {
     if (!this.dataSource.isInitialized) {
       throw new IdempotencyStoreError(
         `Durable idempotency store (${this.dialect}): ${operation} failed: the DataSource is not initialized ` +
@@ -429,18 +237,4 @@ export class IdempotencyRecordsConnection {
       throw this.failure(operation, error);
     }
   }
-}
-
-function claimId(key: string, ownerToken: string): string {
-  return `${key}\u0000${ownerToken}`;
-}
-
-async function rollbackQuietly(runner: QueryRunner): Promise<void> {
-  // The original error is the one worth reporting; a failed rollback on a broken connection is
-  // discarded with that connection by the pool.
-  if (runner.isTransactionActive) await runner.rollbackTransaction().catch(() => undefined);
-}
-
-async function releaseQuietly(runner: QueryRunner): Promise<void> {
-  await runner.release().catch(() => undefined);
 }

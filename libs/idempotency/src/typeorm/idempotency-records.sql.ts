@@ -13,6 +13,10 @@ export const LOCK_NOT_AVAILABLE = '55P03';
  * which then committed, cannot see it from its snapshot.
  */
 export const SERIALIZATION_FAILURE = '40001';
+/** PostgreSQL SQLSTATE `deadlock_detected`: like a serialization failure, the transaction was rolled back. */
+export const DEADLOCK_DETECTED = '40P01';
+/** PostgreSQL SQLSTATE `unique_violation`: `insertClaim` met a committed row of the key. */
+export const UNIQUE_VIOLATION = '23505';
 
 /** The custom setting `insertInTransaction` keeps the transaction's own `lock_timeout` in. @internal */
 export const SAVED_LOCK_TIMEOUT = 'idempotency.saved_lock_timeout';
@@ -50,6 +54,19 @@ export interface Statements {
    * puts it back before the handler runs. One round trip instead of three.
    */
   readonly insertInTransaction: string;
+  /**
+   * PostgreSQL: `insertInTransaction` without `ON CONFLICT`, returning the row's `ctid` too, tried
+   * first. The unique check of a plain INSERT takes no SSI predicate lock on the key's index page
+   * (`ON CONFLICT` reads the index, and that read conflicts with other keys' inserts on the same
+   * page under SERIALIZABLE); a `unique_violation` means the key has a committed row, and the
+   * claim starts again with `insertInTransaction`. Empty on SQLite.
+   */
+  readonly insertClaim: string;
+  /**
+   * PostgreSQL: `complete` of the row `insertClaim` inserted, found by its `ctid` ($7): a TID scan
+   * locks that tuple only, where the scan of the key's index would lock the index page. Empty on SQLite.
+   */
+  readonly completeInserted: string;
   /** Restores the `lock_timeout` `insertInTransaction` saved (PostgreSQL; nothing on SQLite). Parameterless. */
   readonly restoreLockTimeout: string;
   readonly replaceExpired: string;
@@ -97,6 +114,10 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
     insertColumns +
     `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, {now}, {now} + $4, {now} + $5, NULL, NULL, NULL, FALSE) ` +
     `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`;
+  const complete =
+    `UPDATE ${table} SET state = '${COMPLETED}', response_status = $3, response_headers = $4, ` +
+    'response_body = $5, response_body_omitted = $6 ' +
+    `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`;
   const statements: Statements = {
     insertInTransaction: rowLocks
       ? insertColumns +
@@ -108,6 +129,7 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
         'AS lock_timeout) AS idempotency_lock WHERE idempotency_lock.lock_timeout IS NOT NULL ' +
         `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`
       : insert,
+    insertClaim: '',
     restoreLockTimeout: rowLocks
       ? `SELECT set_config('lock_timeout', current_setting('${SAVED_LOCK_TIMEOUT}'), true)`
       : '',
@@ -128,10 +150,8 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
       `SELECT ${RECORD_COLUMNS} FROM ${table} ` +
       `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}` +
       (rowLocks ? ' FOR UPDATE' : ''),
-    complete:
-      `UPDATE ${table} SET state = '${COMPLETED}', response_status = $3, response_headers = $4, ` +
-      'response_body = $5, response_body_omitted = $6 ' +
-      `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
+    complete,
+    completeInserted: rowLocks ? `${complete} AND ctid = CAST($7 AS tid)` : '',
     release:
       `DELETE FROM ${table} ` +
       `WHERE "key" = $1 AND owner_token = $2 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now}`,
@@ -153,9 +173,14 @@ export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0
     forceDeleteInProgress: `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
     forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
   };
+  const insertClaim = rowLocks
+    ? statements.insertInTransaction
+        .replace(' ON CONFLICT ("key") DO NOTHING', '')
+        .replace(`RETURNING ${RECORD_COLUMNS}`, `RETURNING ${RECORD_COLUMNS}, ctid::text AS row_ctid`)
+    : '';
   const now = DATABASE_NOW_MS[dialect];
   return Object.fromEntries(
-    Object.entries(statements).map(([name, sql]) => {
+    Object.entries({ ...statements, insertClaim }).map(([name, sql]) => {
       const timed = sql.replaceAll('{now}', now);
       return [name, dialect === 'postgres' ? timed : timed.replace(/\$(\d+)/g, '?$1')];
     }),
@@ -167,4 +192,18 @@ export function sqlState(error: unknown): string | undefined {
   const driverError = (error as { driverError?: { code?: unknown } } | null)?.driverError;
   const code = driverError?.code ?? (error as { code?: unknown } | null)?.code;
   return typeof code === 'string' ? code : undefined;
+}
+
+/**
+ * A serialization failure or deadlock, on `error` or one of its causes (a store error wraps the
+ * driver's): PostgreSQL rolled the transaction back, whatever statement (the COMMIT included)
+ * raised it. @internal
+ */
+export function isSerializationFailure(error: unknown): boolean {
+  for (let current = error, depth = 0; current !== undefined && current !== null && depth < 5; depth += 1) {
+    const state = sqlState(current);
+    if (state === SERIALIZATION_FAILURE || state === DEADLOCK_DETECTED) return true;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return false;
 }

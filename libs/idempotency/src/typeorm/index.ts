@@ -3,7 +3,9 @@
  * The only part of the library that imports `typeorm`, so an application without it never
  * loads it.
  */
-export { TypeOrmIdempotencyStore, type TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency.store.js';
+export { TypeOrmIdempotencyStore } from './typeorm-idempotency.store.js';
+export type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
+export type { OutsideWritesPolicy, PropagateTransaction } from './route-transactions.js';
 export {
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
   IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,

@@ -9,6 +9,7 @@ import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotenc
 import {
   DurableIdempotencyStore,
   type DurableTransaction,
+  type DurableTransactionOptions,
   type TransactionalClaimResult,
 } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, ForceDeleteScope, InProgressEntry } from '../stores/idempotency-store.js';
@@ -28,42 +29,10 @@ import {
 } from './idempotency-record.codec.js';
 import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
 import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
+import { isSerializationFailure } from './idempotency-records.sql.js';
+import { RouteTransactions } from './route-transactions.js';
+import type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
 import { exclusiveSectionFor } from './sqljs-exclusive-queue.js';
-
-/**
- * Options of {@link TypeOrmIdempotencyStore}.
- *
- * @publicApi
- */
-export interface TypeOrmIdempotencyStoreOptions {
-  /**
-   * SQLite (sql.js) only; ignored on PostgreSQL. Runs `work` when no other transaction or query
-   * of the application runs on the database, and resolves with its result.
-   *
-   * sql.js has ONE connection. Two transactions that overlap on it do not isolate each other:
-   * the second `BEGIN` becomes a savepoint of the first, a statement issued meanwhile joins
-   * whichever transaction is open, and a rollback undoes other callers' writes. So every
-   * operation of the store (each one a few statements, or a whole `transaction()`) must run
-   * alone on it. Pass the serializer your application already uses for its own transactions, so
-   * that the store's operations and yours queue in one line. It must run `work` at once when it
-   * is called from inside work it is already running (a handler inside `transaction()` may call
-   * the store again), or it deadlocks.
-   *
-   * Without it, the store queues its own operations one at a time. That is enough only when
-   * nothing else opens transactions on the same DataSource while the store works.
-   * @default a queue private to the store
-   */
-  runExclusive?: <T>(work: () => Promise<T>) => Promise<T>;
-  /**
-   * PostgreSQL only: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
-   * waits for the row lock of a live `transaction()`, and `claimInTransaction` waits for another
-   * transaction's uncommitted claim of the key. When the lock is still held after that, its
-   * owner is alive and working: `takeOver` returns `existing` with the row as last committed,
-   * `claimInTransaction` returns `busy` (the engine answers `409` in progress).
-   * @default 2000
-   */
-  lockTimeoutMs?: number;
-}
 
 const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
 /**
@@ -141,7 +110,19 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       throw new TypeError('runExclusive must be a function');
     }
     const exclusive = exclusiveSectionFor(dialect, options.runExclusive);
-    this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive);
+    if (options.propagate !== undefined && typeof options.propagate !== 'function') {
+      throw new TypeError('propagate must be a function');
+    }
+    const outsideWrites = options.outsideWrites ?? (process.env.NODE_ENV === 'production' ? 'ignore' : 'warn');
+    if (!['warn', 'throw', 'ignore'].includes(outsideWrites)) {
+      throw new TypeError(`outsideWrites must be 'warn', 'throw' or 'ignore', got ${String(outsideWrites)}`);
+    }
+    const routes = new RouteTransactions(
+      dataSource,
+      options.propagate,
+      dialect === 'postgres' ? outsideWrites : 'ignore',
+    );
+    this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive, routes);
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
@@ -160,13 +141,27 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
    * `EntityManager` of the same transaction. sql.js: the transaction holds the store's exclusive
    * section (and the one connection) until it commits or rolls back.
    */
-  override async claimInTransaction(key: string, request: ClaimRequest): Promise<TransactionalClaimResult> {
+  override async claimInTransaction(
+    key: string,
+    request: ClaimRequest,
+    options: DurableTransactionOptions = {},
+  ): Promise<TransactionalClaimResult> {
     checkKey(key);
     checkRequest(request);
-    return this.db.claimInTransaction(key, request, (response) => {
-      checkStoredResponse(response);
-      return this.completionParams(key, request.ownerToken, response);
-    });
+    return this.db.claimInTransaction(
+      key,
+      request,
+      (response) => {
+        checkStoredResponse(response);
+        return this.completionParams(key, request.ownerToken, response);
+      },
+      options,
+    );
+  }
+
+  /** SQLSTATE `40001` (serialization failure) or `40P01` (deadlock), on the error or its causes. */
+  override isSerializationFailure(error: unknown): boolean {
+    return isSerializationFailure(error);
   }
 
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
@@ -256,11 +251,12 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     key: string,
     ownerToken: string,
     work: (transaction: DurableTransaction) => Promise<T>,
+    options: DurableTransactionOptions = {},
   ): Promise<T> {
     checkKey(key);
     checkToken('ownerToken', ownerToken);
     if (typeof work !== 'function') throw new TypeError('work must be a function');
-    return this.db.transaction(key, ownerToken, work);
+    return this.db.transaction(key, ownerToken, work, options);
   }
 
   /**

@@ -37,6 +37,30 @@ export function describeClaimInTransaction(
       expect(['undefined', 'function'].includes(typeof store.claimInTransaction)).toBe(true);
     });
 
+    it('takes DurableTransactionOptions (isolationLevel, label): a SERIALIZABLE claim commits its write and completion as any other', async () => {
+      if (!implemented()) return;
+      const key = newId();
+      const result = await store.claimInTransaction!(key, claimRequest(), {
+        isolationLevel: 'SERIALIZABLE',
+        label: 'contract.serializable',
+      });
+      if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+      const { transaction } = result;
+      const business = newId();
+      await transaction.savepoint();
+      await transaction.run(() => h.writeBusinessRow(transaction, business));
+      expect(await transaction.complete(sampleResponse())).toBe(true);
+      await transaction.commit();
+      expect(await h.businessRowExists(business)).toBe(true);
+      expect((await store.get(key))?.state).toBe('completed');
+    });
+
+    it('isSerializationFailure, where implemented, says no to an error that is not one', () => {
+      if (store.isSerializationFailure === undefined) return;
+      expect(store.isSerializationFailure(new Error('connection refused'))).toBe(false);
+      expect(store.isSerializationFailure(undefined)).toBe(false);
+    });
+
     it('claims in an open transaction; the business write and the completion commit together, once', async () => {
       if (!implemented()) return;
       const key = newId();

@@ -1,0 +1,53 @@
+import type { OutsideWritesPolicy, PropagateTransaction } from './route-transactions.js';
+
+/**
+ * Options of {@link TypeOrmIdempotencyStore}.
+ *
+ * @publicApi
+ */
+export interface TypeOrmIdempotencyStoreOptions {
+  /**
+   * SQLite (sql.js) only; ignored on PostgreSQL. Runs `work` when no other transaction or query
+   * of the application runs on the database, and resolves with its result.
+   *
+   * sql.js has ONE connection. Two transactions that overlap on it do not isolate each other:
+   * the second `BEGIN` becomes a savepoint of the first, a statement issued meanwhile joins
+   * whichever transaction is open, and a rollback undoes other callers' writes. So every
+   * operation of the store (each one a few statements, or a whole `transaction()`) must run
+   * alone on it. Pass the serializer your application already uses for its own transactions, so
+   * that the store's operations and yours queue in one line. It must run `work` at once when it
+   * is called from inside work it is already running (a handler inside `transaction()` may call
+   * the store again), or it deadlocks.
+   *
+   * Without it, the store queues its own operations one at a time. That is enough only when
+   * nothing else opens transactions on the same DataSource while the store works.
+   * @default a queue private to the store
+   */
+  runExclusive?: <T>(work: () => Promise<T>) => Promise<T>;
+  /**
+   * PostgreSQL only: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
+   * waits for the row lock of a live `transaction()`, and `claimInTransaction` waits for another
+   * transaction's uncommitted claim of the key. When the lock is still held after that, its
+   * owner is alive and working: `takeOver` returns `existing` with the row as last committed,
+   * `claimInTransaction` returns `busy` (the engine answers `409` in progress).
+   * @default 2000
+   */
+  lockTimeoutMs?: number;
+  /**
+   * Runs the handler of a transactional route with the route's transaction (its `EntityManager`)
+   * as the application's ambient transaction, so services that take their transaction from a
+   * context library join it without being handed a manager. For `@nestjs-cls/transactional`,
+   * `IdempotencyClsTransactions.propagateTo(txHost)` from `nestjs-idempotency/cls` builds it.
+   * @default undefined (the handler writes through `IdempotencyContextRef.getManager()`)
+   */
+  propagate?: PropagateTransaction;
+  /**
+   * PostgreSQL: what to do with a write of an entity (repository, manager, query builder) made
+   * on another connection than the route's while a transactional route's handler runs: such a
+   * write commits even when the route rolls back and its record is released. `warn` logs one
+   * warning per route and table, naming the route; `throw` refuses the write (before it runs).
+   * Raw `query()` calls are not seen.
+   * @default 'warn', or 'ignore' when NODE_ENV is 'production'
+   */
+  outsideWrites?: OutsideWritesPolicy;
+}
