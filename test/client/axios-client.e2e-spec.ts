@@ -6,14 +6,14 @@ import { firstValueFrom } from 'rxjs';
 import {
   IdempotentRequestError,
   withIdempotencyAxios,
-  type IdempotencyOutcome,
+  type IdempotentCallOutcome,
   type IdempotentAxiosConfig,
   type IdempotentClientOptions,
 } from 'nestjs-idempotency/client';
 import { problem } from '../support/http/scripted-server.js';
 import { scriptedServerSuite } from '../support/http/scripted-server-suite.js';
 
-type Outcome = { idempotency: IdempotencyOutcome };
+type Outcome = { idempotency: IdempotentCallOutcome };
 
 /**
  * `withIdempotencyAxios()` on a plain axios instance and on Nest's `HttpService` (@nestjs/axios,

@@ -57,7 +57,6 @@ interface TenantRequest {
           tenant: (request) => (request as TenantRequest).tenantId,
           scope: ['tenant', 'operation'],
           leaseMs,
-          heartbeatMs: Math.floor(leaseMs / 3),
           problemTypeBaseUri: config.get('problems.typeBaseUri', { infer: true }),
           encryption,
         };

@@ -14,7 +14,7 @@ export {
   withIdempotency,
   isReplayMarker,
   type FetchLike,
-  type IdempotencyOutcome,
+  type IdempotentCallOutcome,
   type IdempotentFetch,
   type IdempotentRequestInit,
   type IdempotentResponse,

@@ -8,7 +8,7 @@ import {
 } from './idempotent-client.options.js';
 import { IdempotentRequestError, type IdempotentRequestFailure } from './idempotent-request.error.js';
 import { isRetryableMethod, RetryOperation, type StopReason } from './retry-policy.js';
-import { isReplayMarker, type IdempotencyOutcome } from './with-idempotency.js';
+import { isReplayMarker, type IdempotentCallOutcome } from './with-idempotency.js';
 
 /**
  * The part of an axios instance (axios 1.x, Nest's `HttpService.axiosRef`) the client uses:
@@ -53,14 +53,14 @@ interface CallResponse {
   headers?: HeaderBag;
   data?: unknown;
   config?: CallConfig;
-  idempotency?: IdempotencyOutcome;
+  idempotency?: IdempotentCallOutcome;
 }
 
 interface CallError {
   config?: CallConfig;
   response?: CallResponse;
   code?: string;
-  idempotency?: IdempotencyOutcome;
+  idempotency?: IdempotentCallOutcome;
 }
 
 /** One logical call through axios: its key and its attempts. */
@@ -68,10 +68,10 @@ class IdempotentCall {
   constructor(
     readonly operation: RetryOperation,
     readonly key: string | undefined,
-    readonly keySource: IdempotencyOutcome['keySource'],
+    readonly keySource: IdempotentCallOutcome['keySource'],
   ) {}
 
-  outcome(response: CallResponse, stoppedBy: StopReason, replayHeader: string): IdempotencyOutcome {
+  outcome(response: CallResponse, stoppedBy: StopReason, replayHeader: string): IdempotentCallOutcome {
     return {
       key: this.key,
       keySource: this.keySource,

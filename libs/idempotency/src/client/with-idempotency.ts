@@ -23,7 +23,7 @@ export interface IdempotentRequestInit extends RequestInit {
 }
 
 /** What happened to one idempotent call. */
-export interface IdempotencyOutcome {
+export interface IdempotentCallOutcome {
   /** The key every attempt carried; undefined for a method sent without one. */
   key: string | undefined;
   keySource: IdempotencyKeySource | undefined;
@@ -36,7 +36,7 @@ export interface IdempotencyOutcome {
 }
 
 /** A `Response` that says how it was obtained. */
-export type IdempotentResponse = Response & { readonly idempotency: IdempotencyOutcome };
+export type IdempotentResponse = Response & { readonly idempotency: IdempotentCallOutcome };
 
 /** A `fetch` that sends keyed, safely retried requests. */
 export type IdempotentFetch = (
@@ -110,7 +110,7 @@ export function withIdempotency(fetchFn: FetchLike = fetch, options: IdempotentC
       const decision = operation.next({ kind: 'answer', answer: await answerOf(response) });
       if (!decision.retry) {
         const replayed = isReplayMarker(response.headers.get(resolved.replayHeader));
-        const outcome: IdempotencyOutcome = {
+        const outcome: IdempotentCallOutcome = {
           key,
           keySource,
           attempts: operation.attempts,
