@@ -5,7 +5,7 @@ import {
   withIdempotency,
   withIdempotencyAxios,
   type FetchLike,
-  type IdempotencyOutcome,
+  type IdempotentCallOutcome,
   type IdempotentClientOptions,
   type IdempotentResponse,
 } from 'nestjs-idempotency/client';
@@ -134,7 +134,7 @@ describe('the idempotent client against the orders service under faults', () => 
         headers: { 'X-Tenant-ID': tenantId },
       })) as AxiosResponse<{
         id: string;
-      }> & { idempotency: IdempotencyOutcome };
+      }> & { idempotency: IdempotentCallOutcome };
       expect(cut.fired).toBe(true);
       expect(res.status).toBe(201);
       expect(res.idempotency).toMatchObject({ attempts: 2, replayed: true });
