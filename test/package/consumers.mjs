@@ -104,3 +104,19 @@ async function main(): Promise<void> {
 
 void main();
 `;
+
+/**
+ * Type-checked (not run) in the app that installs TypeORM: the entry points whose declarations
+ * name TypeORM or nothing beyond Nest, compiled against the real peers with skipLibCheck off.
+ */
+export const TYPEORM_CONSUMER_ENTRY_POINTS_TS = `import { IdempotencyAdmin } from 'nestjs-idempotency/admin';
+import { withIdempotency, type IdempotentCallOutcome } from 'nestjs-idempotency/client';
+import { IDEMPOTENCY_DIAGNOSTICS_CHANNELS, IDEMPOTENCY_METRICS } from 'nestjs-idempotency/telemetry';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import { DataSource } from 'typeorm';
+
+export const store = new TypeOrmIdempotencyStore(new DataSource({ type: 'postgres', migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS }));
+export const keyedFetch = withIdempotency(fetch, { maxAttempts: 3 });
+export type Outcome = IdempotentCallOutcome;
+export const names = [IDEMPOTENCY_METRICS.claims, IDEMPOTENCY_DIAGNOSTICS_CHANNELS.claim, IdempotencyAdmin.name];
+`;

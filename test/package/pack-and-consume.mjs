@@ -23,7 +23,14 @@ import { tmpdir } from 'node:os';
 import { delimiter, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify, stripVTControlCharacters } from 'node:util';
-import { CONSUMER_MAIN_TS, CONSUMER_TSCONFIG, CONSUMERS, consumerPackageJson, README_INSTALLS } from './consumers.mjs';
+import {
+  CONSUMER_MAIN_TS,
+  CONSUMER_TSCONFIG,
+  CONSUMERS,
+  consumerPackageJson,
+  README_INSTALLS,
+  TYPEORM_CONSUMER_ENTRY_POINTS_TS,
+} from './consumers.mjs';
 import { inspectTarball } from './inspect-tarball.mjs';
 import { answers, freePort, startApp, startPrivateRedis, startProcess } from './processes.mjs';
 import { STARTERS } from './starters.mjs';
@@ -133,6 +140,9 @@ const apps = [
       'tsconfig.json': CONSUMER_TSCONFIG,
       'src/main.ts': CONSUMER_MAIN_TS,
       'src/readme-example.ts': readmeExample ?? '',
+      ...(consumer.install === README_INSTALLS.withTypeorm
+        ? { 'src/entry-points.ts': TYPEORM_CONSUMER_ENTRY_POINTS_TS }
+        : {}),
     },
   })),
   ...STARTERS.map((starter) => ({
