@@ -67,6 +67,7 @@ const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern'>> = 
   ttlMs: DEFAULT_TTL_MS,
   leaseMs: DEFAULT_LEASE_MS,
   heartbeatMs: DEFAULT_HEARTBEAT_MS,
+  answerTimeoutMs: 300_000,
   staleLock: 'takeover',
   replayHeader: { name: IDEMPOTENT_REPLAYED_HEADER, onFresh: false, format: 'boolean' },
   echoKey: true,
@@ -142,6 +143,7 @@ export function resolvePolicy(
     ttlMs: pick('ttlMs'),
     leaseMs: pick('leaseMs'),
     heartbeatMs: pick('heartbeatMs'),
+    answerTimeoutMs: pick('answerTimeoutMs'),
     staleLock: pick('staleLock'),
     replayHeader: {
       ...DEFAULT_POLICY.replayHeader,
