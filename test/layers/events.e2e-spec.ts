@@ -35,7 +35,7 @@ function injectFaults(store: IdempotencyStore): { failNext(call: 'complete' | 'r
 
 function view(answer: HttpResult): string {
   const replayed = answer.headers.get('idempotent-replayed') === 'true' ? 'replay ' : '';
-  let code = '';
+  let code: string;
   try {
     code = answer.json().code ?? '';
   } catch {
