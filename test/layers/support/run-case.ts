@@ -282,6 +282,8 @@ async function playGoneBeforeClaim(
   layer: OuterLayer,
   first: LeavableRequest,
 ): Promise<CaseResult> {
+  // The app must have seen this client go before the retry runs (the route watches the retry's response too).
+  await mustWithin(trace.clientGone.promise, 5_000, 'the app to see the client leave');
   trace.gate.fire();
   let retried = await describedRetry();
   const deadline = Date.now() + SETTLE_GRACE_MS;
