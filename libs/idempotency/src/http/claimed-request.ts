@@ -200,6 +200,7 @@ export function runClaimedRequest(
     });
 
   attempts.set(request, {
+    nested: () => settlement.inHandlerFlow,
     async outcome() {
       const outcome = await handled.promise;
       settlement.supersede();
@@ -231,6 +232,8 @@ export function runClaimedRequest(
 
 /** A claimed request of this request object already ran (or runs): how it ended. */
 interface ClaimedAttempt {
+  /** Called from inside this attempt's handler (the interceptor bound twice): not a re-entry. */
+  nested(): boolean;
   /** The first attempt's outcome once its record is decided, or `released` when its key was freed. */
   outcome(): Promise<HandlerOutcome | 'released'>;
 }
@@ -245,7 +248,8 @@ const attempts = new WeakMap<object, ClaimedAttempt>();
  */
 export function reenteredAttempt(request: object): Promise<Observable<unknown> | undefined> | undefined {
   const attempt = attempts.get(request);
-  if (!attempt) return undefined;
+  // Inside the attempt's own handler it is no re-entry: waiting for the attempt would wait for itself.
+  if (!attempt || attempt.nested()) return undefined;
   return attempt.outcome().then((outcome) => {
     if (outcome === 'released') {
       attempts.delete(request);

@@ -63,6 +63,11 @@ export class HandlerSettlement {
     return handlerFlow.run(this.flowToken, handler);
   }
 
+  /** True when called from inside this request's handler flow (an interceptor bound inside it). */
+  get inHandlerFlow(): boolean {
+    return handlerFlow.getStore() === this.flowToken;
+  }
+
   /** The request's record is settled: what its handler writes from now on decides nothing. */
   end(): void {
     this.wakeAll();
