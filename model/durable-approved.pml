@@ -146,6 +146,12 @@ transaction:
          :: row.state == IN_PROGRESS -> CHECK(row_never_in_progress, false)
          fi;
          if
+         :: MAY(OUTER) ->
+            /* the interceptor: responseAnswered() → abandon(): an outer layer answered, or the client
+               left, while begin() was pending; ROLLBACK takes the uncommitted claim, the handler does not run */
+            events++; txRollback(t); tokSt[t] = T_RUN;
+            printf("[%c] the response was answered before the claim was won: abandon(), ROLLBACK, the handler does not run\n", NAME(c));
+            goto abandoned
          :: out = O_OK; printf("[%c] handler: success (its write, uncommitted)\n", NAME(c))
          :: out = O_FAIL; printf("[%c] handler: wrote, then failed with a status the policy stores (402)\n", NAME(c))
          :: MAY(TRANSIENT) -> events++; out = O_TRANSIENT; printf("[%c] handler: wrote, then failed with a 5xx\n", NAME(c))
@@ -200,6 +206,7 @@ mirror:
       fastCallComplete(t, out, ok); printf("[%c] mirrorCompletion(): IdempotencyStore.complete: ", NAME(c)); sayStoreAnswer(ok);
       if
       :: ok == 0 -> goto restore
+      :: ok == 2 -> ok = 0; printf("[%c]   whileLeaseHeld(): retried\n", NAME(c)); goto mirror
       :: else -> ok = 0; answerFresh(c, t, out)
       fi
     }
@@ -231,8 +238,19 @@ answerRelease:
     /* confirmDurable(), claimInTransaction answered busy → IdempotencyStore.release(id, fastOwnerToken); 409 */
     atomic { tokSt[t] = T_RUN; fastCallRelease(t); printf("[%c] IdempotencyStore.release; told 409\n", NAME(c)); retryLater(c, t) }
 releaseFast:
-    /* DurableClaimTransaction.rollback(); ClaimSettlement.abandon() → freeKey() → IdempotencyStore.release (the transaction took the durable claim with it) */
-    atomic { fastCallRelease(t); printf("[%c] freeKey(): IdempotencyStore.release\n", NAME(c)); answerFresh(c, t, out) }
+    /* DurableClaimTransaction.rollback(); ClaimSettlement.abandon() → freeKey() → releaseFastFollower():
+       IdempotencyStore.release (the transaction took the durable claim with it), retried while the lease is held */
+    atomic {
+      if
+      :: REDIS_CALL_FAILS -> events++; printf("[%c] freeKey(): IdempotencyStore.release fails; retried\n", NAME(c)); goto releaseFast
+      :: REDIS_CALL_FAILS -> events++; printf("[%c] freeKey(): IdempotencyStore.release fails; given up, the lease lapses\n", NAME(c))
+      :: true -> fastRelease(t); printf("[%c] freeKey(): IdempotencyStore.release\n", NAME(c))
+      fi;
+      answerFresh(c, t, out)
+    }
+abandoned:
+    /* abandon() → freeKey() → IdempotencyStore.release; the client, answered already, retries */
+    atomic { fastCallRelease(t); printf("[%c] abandon(): IdempotencyStore.release\n", NAME(c)); retryLater(c, t) }
   } unless {
     atomic { crash[c] -> printf("[%c] the worker dies\n", NAME(c)); retryLater(c, t) }
   };

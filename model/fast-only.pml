@@ -70,6 +70,29 @@ recover:
       fi
     }
 execute:
+    /* The interceptor, once the claim is won: responseAnswered() → abandon() → IdempotencyStore.release.
+       An outer layer answered, or the client left, while begin() was pending (a wait, a slow store):
+       the handler does not run for an answer already given; the client retries. */
+    if
+    :: atomic {
+         MAY(OUTER) -> events++; tokSt[t] = T_RUN;
+         printf("[%c] the response was answered before the claim was won: abandon(), the handler does not run\n", NAME(c));
+         fastCallRelease(t); retryLater(c, t)
+       }
+    :: skip
+    fi;
+#ifdef PRE_EVENTS_PENDING_ANSWER
+    /* The engine before issue 22: the handler ran for a request already answered (408 while begin()
+       was pending), and the record took that 408 as its status, which the policy releases. */
+    if
+    :: atomic {
+         MAY(OUTER) -> events++; out = O_OK; EFFECT_COMMITS; handlerOut[t] = out; tokSt[t] = T_RUN; fastRelease(t);
+         printf("[%c] (pre-22) answered 408 while the claim was pending; the handler runs, the 408 releases the key\n", NAME(c));
+         retryLater(c, t)
+       }
+    :: skip
+    fi;
+#endif
 #ifdef PRE_17A_OUTER
     /* The engine before rule 17a: an outer layer's early answer (408) settled the claim. */
     if
@@ -90,20 +113,26 @@ execute:
       fi;
       handlerOut[t] = out
     }
-    /* settle() → finish(): drop() ends the heartbeat; decideOutcome() on the handler's own outcome;
-       then the client gets the handler's response, unless an outer layer answered or it left */
+    /* settle() → finish(), retried by whileLeaseHeld(): decideOutcome() on the handler's own outcome;
+       a failed call is retried while the heartbeat keeps the lease (the engine's estimate of it may be
+       wrong: fencing decides), or given up (logged, counted), and the lease lapses; drop() then ends
+       the heartbeat. Then the client gets the handler's response, unless an outer layer answered or it left. */
+settle:
     atomic {
-      tokSt[t] = T_RUN;
       if
-      :: REDIS_CALL_FAILS -> events++; printf("[%c] settle(): the Redis call fails (logged); the lease will lapse\n", NAME(c))
+      :: REDIS_CALL_FAILS -> events++;
+         if
+         :: printf("[%c] settle(): the Redis call fails; retried, the heartbeat keeps the lease\n", NAME(c)); goto settle
+         :: tokSt[t] = T_RUN; printf("[%c] settle(): the Redis call fails; given up (logged, counted), the lease will lapse\n", NAME(c))
+         fi
 #ifdef PRE_17A_DISCONNECT
       :: out != O_OK && MAY(OUTER) ->
          /* the client left before the error was rendered: the engine stored the status it saw (200, no body) */
-         events++; fastComplete(t, O_NO_BODY, ok); ok = 0;
+         events++; tokSt[t] = T_RUN; fastComplete(t, O_NO_BODY, ok); ok = 0;
          printf("[%c] (pre-17a) the client left: IdempotencyStore.complete with 200, no body\n", NAME(c)); retryLater(c, t)
 #endif
-      :: out == O_TRANSIENT -> fastRelease(t); printf("[%c] releaseClaim() → IdempotencyStore.release\n", NAME(c))
-      :: out != O_TRANSIENT -> fastComplete(t, out, ok); printf("[%c] completeClaim() → IdempotencyStore.complete: ", NAME(c)); sayStoreAnswer(ok); ok = 0
+      :: out == O_TRANSIENT -> tokSt[t] = T_RUN; fastRelease(t); printf("[%c] releaseClaim() → IdempotencyStore.release\n", NAME(c))
+      :: out != O_TRANSIENT -> tokSt[t] = T_RUN; fastComplete(t, out, ok); printf("[%c] completeClaim() → IdempotencyStore.complete: ", NAME(c)); sayStoreAnswer(ok); ok = 0
       fi;
       if
       :: MAY(OUTER) -> events++; printf("[%c] an outer layer answers, or the client leaves: no final answer\n", NAME(c)); retryLater(c, t)

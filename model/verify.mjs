@@ -155,6 +155,12 @@ const CHECKS = [
     expect: { violates: ['at_most_one_effect'] },
   },
   {
+    name: 'mutant fast-only: the engine before issue 22, the handler runs for a response answered while the claim was pending',
+    ...shortest(FAST, [...FAST_KEEPS_ITS_RECORDS, 'PRE_EVENTS_PENDING_ANSWER']),
+    expect: { violates: ['at_most_one_effect'] },
+    why: "the 408 given while begin() was pending releases the key the handler's write committed under: the retry charges again",
+  },
+  {
     name: "mutant fast-only: the engine before rule 17a, a departed client's failure is stored as a 200",
     ...shortest(FAST, [...FAST_KEEPS_ITS_RECORDS, 'PRE_17A_DISCONNECT']),
     expect: { violates: ['outcome_from_handler', 'no_false_success'] },

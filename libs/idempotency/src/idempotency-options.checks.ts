@@ -71,6 +71,7 @@ function checkDurations(p: ResolvedPolicy): void {
   duration('ttlMs', p.ttlMs, MAX_DURATION_MS, 'about 100 years: the longest time the stores hold a record');
   duration('leaseMs', p.leaseMs, MAX_TIMER_MS, 'the longest delay of a JavaScript timer');
   duration('heartbeatMs', p.heartbeatMs, MAX_TIMER_MS, 'the longest delay of a JavaScript timer');
+  duration('answerTimeoutMs', p.answerTimeoutMs, MAX_TIMER_MS, 'the longest delay of a JavaScript timer');
   if (p.heartbeatMs * 2 > p.leaseMs) {
     fail(
       `heartbeatMs (${p.heartbeatMs}) must be at most half of leaseMs (${p.leaseMs}), so one late renewal does not lose a live claim.`,

@@ -71,6 +71,7 @@ const DEFAULT_POLICY: Required2<Omit<IdempotencyPolicyOptions, 'keyPattern' | 'h
   storeClientErrors: true,
   ttlMs: DEFAULT_TTL_MS,
   leaseMs: DEFAULT_LEASE_MS,
+  answerTimeoutMs: 300_000,
   staleLock: 'takeover',
   replayHeader: { name: IDEMPOTENT_REPLAYED_HEADER, onFresh: false, format: 'boolean' },
   echoKey: true,
@@ -150,6 +151,7 @@ export function resolvePolicy(
     ttlMs: pick('ttlMs'),
     leaseMs: pick('leaseMs'),
     heartbeatMs: routeOptions.heartbeatMs ?? moduleOptions.heartbeatMs ?? heartbeatFor(pick('leaseMs')),
+    answerTimeoutMs: pick('answerTimeoutMs'),
     staleLock: pick('staleLock'),
     replayHeader: {
       ...DEFAULT_POLICY.replayHeader,

@@ -6,7 +6,7 @@ import { send, type HttpResult } from '../../support/http/send.js';
 import { sleep } from '../../support/timing.js';
 import { SLOW_MS, type HandlerBehaviour } from './handler-behaviours.js';
 import type { LayerBackend } from './layer-backends.js';
-import type { HandlerSettlement } from './layer-probe.js';
+import type { CaseTrace, HandlerSettlement } from './layer-probe.js';
 import { CLIENT_LEAVES_HEADER, ROUTE, SUCCESS_STATUS, type LayersApp } from './layers.app.js';
 import { sendLeavable, type LeavableRequest } from './leavable-request.js';
 import { LAYER_HEADER, type OuterLayer } from './outer-layers.js';
@@ -200,6 +200,7 @@ async function playCase(
   if (layer.client === 'leaves-before-handler') {
     await mustWithin(trace.arrived.promise, 5_000, 'the first request to reach the app');
     first.leave();
+    return playGoneBeforeClaim(backend, trace, tag, { describedRetry, retryOnceWritten }, layer, first);
   }
 
   const observed: CaseSummary = {
@@ -260,4 +261,60 @@ async function playCase(
     businessWrites: trace.settlements.filter((settlement) => settlement.ok).length,
   });
   return { observed, expected, firstAnswer: describeAnswer(firstAnswer) };
+}
+
+/**
+ * The client left before the claim was won (docs/contract.md B.7 rule 17a): its request must not
+ * run the handler, and its claim is abandoned, so the client's retry is an ordinary first run
+ * (409 while the abandoned claim is still being released, never a replay).
+ */
+async function playGoneBeforeClaim(
+  backend: LayerBackend,
+  trace: CaseTrace,
+  tag: string,
+  {
+    describedRetry,
+    retryOnceWritten,
+  }: {
+    describedRetry: (outcome?: TrueOutcome) => Promise<string>;
+    retryOnceWritten: (outcome: TrueOutcome) => Promise<string>;
+  },
+  layer: OuterLayer,
+  first: LeavableRequest,
+): Promise<CaseResult> {
+  // The app must have seen this client go before the retry runs (the route watches the retry's response too).
+  await mustWithin(trace.clientGone.promise, 5_000, 'the app to see the client leave');
+  trace.gate.fire();
+  let retried = await describedRetry();
+  const deadline = Date.now() + SETTLE_GRACE_MS;
+  while (retried === IN_PROGRESS && Date.now() < deadline) {
+    await sleep(25);
+    retried = await describedRetry();
+  }
+  await mustWithin(trace.settled.promise, SLOW_MS + 10_000, 'the retry to settle');
+  const outcome = trueOutcomeOf(trace.first!, layer);
+  const observed: CaseSummary = {
+    handlerStarted: trace.runs > 1 || retried !== 'fresh run',
+    whileRunning: [],
+    concurrentRuns: trace.maxRunning,
+    runsWhenSettled: trace.runs,
+    retriesAfter: [retried, ...(outcome.kind === 'stored' ? [await retryOnceWritten(outcome)] : [])],
+    runsAtEnd: trace.runs,
+    record: describeRecord(await backend.record(trace.recordId!)),
+    businessWrites: await backend.writes(tag),
+  };
+  const expected: CaseSummary = {
+    handlerStarted: false,
+    whileRunning: [],
+    concurrentRuns: 1,
+    runsWhenSettled: 1,
+    retriesAfter: [
+      'fresh run',
+      ...(outcome.kind === 'stored' ? [`replay ${outcome.status} with the handler's body`] : []),
+    ],
+    runsAtEnd: 1,
+    record: outcome.kind === 'stored' ? `completed ${outcome.status}` : 'not completed',
+    businessWrites: trace.first!.ok ? 1 : 0,
+  };
+  return { observed, expected, firstAnswer: describeAnswer(await first.answer) };
 }

@@ -39,6 +39,8 @@ export class IdempotencyClaim {
   private beating = false;
   private lostClaim = false;
   private openTransaction?: DurableClaimTransaction;
+  /** When the decisive tier last confirmed the lease (sent time of the renewal it granted). */
+  private leaseConfirmedAtMs = Date.now();
 
   constructor(
     readonly scoped: ScopedKey,
@@ -85,6 +87,14 @@ export class IdempotencyClaim {
   }
 
   /**
+   * Until when the lease is known to be held: the last renewal the decisive tier granted (or the
+   * claim itself), plus the lease. Past it, another request may have taken the key over. @internal
+   */
+  get leaseHeldUntilMs(): number {
+    return this.lostClaim ? 0 : this.leaseConfirmedAtMs + this.policy.leaseMs;
+  }
+
+  /**
    * Starts one heartbeat per tier, each on its own timer, so a hung database cannot starve the
    * Redis renewal, nor the reverse.
    * @internal
@@ -125,10 +135,12 @@ export class IdempotencyClaim {
         if (!this.beating || refused) return;
         if (pending < MAX_PENDING_RENEWALS) {
           pending += 1;
+          const sentAtMs = Date.now();
           new Promise<boolean>((resolve) => resolve(renewal.renew())).then(
             (renewed) => {
               pending -= 1;
               if (!renewed) onRefusal();
+              else if (renewal.decisive) this.leaseConfirmedAtMs = Math.max(this.leaseConfirmedAtMs, sentAtMs);
             },
             () => {
               pending -= 1;

@@ -5,12 +5,13 @@
  */
 import type { CallHandler, ExecutionContext, Logger } from '@nestjs/common';
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import { from, lastValueFrom, type Observable } from 'rxjs';
+import { lastValueFrom, Observable, of, throwError } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
 import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
 import type { ExecutionResult, HandlerOutcome } from '../engine/idempotency-engine.types.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
+import { decideOutcome, type OutcomeOverride } from '../engine/outcome-policy.js';
 import { replayableHeaders } from './replayable-headers.js';
 import { forcedOutcomeOf } from '../errors/idempotency-outcome.exceptions.js';
 import type { IdempotencyProblemException, IdempotencyProblemKind } from '../errors/idempotency.exceptions.js';
@@ -28,14 +29,6 @@ import { notRunProblemKind, problemResponse, type ProblemOptions } from './probl
 import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 import type { RouteState } from './route-state.js';
 import { replayMarker } from './stored-answer.js';
-
-/**
- * How long the record waits, once the handler settled, for the route to write its rendering of
- * the outcome (an exception filter's body, an outer interceptor's envelope). Nest writes at
- * once; only an outer layer that awaits something after the handler delays it. Past this, the
- * record is rendered from the handler's result itself.
- */
-const WRITE_AFTER_SETTLEMENT_GRACE_MS = 1000;
 
 /** What a claimed request needs from the interceptor that runs it. */
 export interface ClaimedRequestDeps {
@@ -66,7 +59,9 @@ export function runClaimedRequest(
   if (echo !== undefined) setHeader(response, IDEMPOTENCY_KEY_HEADER, echo);
   if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
 
-  const settlement = new HandlerSettlement(handlerWrites);
+  // Where Nest renders nothing of a success, the handler answers through the response itself.
+  const handlerAnswers = handlerWrites && !passthrough;
+  const settlement = new HandlerSettlement(handlerAnswers);
   // What the route set before the handler ran: the fallback when an outer layer overwrites it.
   const routeAtStart = routeResponseState(response, raw);
   let routeAtSettlement = routeAtStart;
@@ -74,6 +69,8 @@ export function runClaimedRequest(
   const executed = deferred<ExecutionResult>();
   /** What replaces the handler's own held answer when its transaction rolled back under it. */
   let replaceOwnAnswer: CapturedResponse | undefined;
+  /** What the engine was given to decide the record with (for a re-entry of this request). */
+  let recorded: { response?: StoredResponse; override?: OutcomeOverride } = {};
 
   // Installed before the handler starts: a handler may write its response synchronously.
   // A transactional response must not leave before its commit, however large it is.
@@ -92,10 +89,11 @@ export function runClaimedRequest(
     return origin === 'handler' && replaceOwnAnswer ? asReplacement(replaceOwnAnswer) : undefined;
   });
   // The client may have gone while the claim was being made: 'close' has fired already.
-  if (raw.destroyed || raw.socket?.destroyed) settlement.close();
+  if (isGone(raw)) settlement.close();
   else raw.once('close', () => settlement.close());
 
-  const recordOf = async (outcome: HandlerOutcome): Promise<StoredResponse> => {
+  /** What the record stores, decided by events (docs/contract.md B.7 rule 17a); undefined releases it. */
+  const recordOf = async (outcome: HandlerOutcome): Promise<StoredResponse | undefined> => {
     const own = settlement.handlerResponse;
     if (own && (outcome.ok || !policy.transactional)) return toStored(own, ownHeaders);
     if (own) {
@@ -116,22 +114,24 @@ export function runClaimedRequest(
         ownHeaders,
       );
     }
-    if (handlerWrites && outcome.ok) {
-      // A handler given the response may answer from a callback after it returned: that write,
-      // whatever its status, is its answer. None in time: it did not answer through Nest either.
-      const late = await Promise.race([
-        settlement.handlerWrote(),
-        settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS),
-      ]);
-      const answer = settlement.handlerResponse;
+    if (handlerAnswers && outcome.ok) {
+      // Nest renders nothing: the handler's answer is its own write, however late it comes (a
+      // callback, a client created at startup). None before `answerTimeoutMs`: no success is
+      // recorded that nobody saw; the claim is released.
+      const answer = await settlement.handlerAnswer(policy.answerTimeoutMs);
       if (answer) return toStored(answer, ownHeaders);
-      if (late && isRenderingOf(late, outcome, { ...routeAtSettlement, redirects }, policy)) {
-        return toStored(late, ownHeaders);
+      if (settlement.answeredEarly) {
+        // An outer layer answered while it was waiting: what the handler did stands, unreplayable.
+        return toStored({ ...renderHandlerOutcome(outcome, routeAtStart), bodyOmitted: true }, ownHeaders);
       }
-      const rendered = renderHandlerOutcome(outcome, routeAtSettlement);
-      return toStored(outcome.value === undefined ? { ...rendered, bodyOmitted: true } : rendered, ownHeaders);
+      logger.warn(
+        `a @Res() handler returned without answering within answerTimeoutMs (${policy.answerTimeoutMs} ms): its claim is released`,
+      );
+      return undefined;
     }
-    const written = await settlement.writeAfterSettlement(WRITE_AFTER_SETTLEMENT_GRACE_MS);
+    // The route renders the outcome after the handler settled: its write, or the socket closing
+    // first, decides; an outer layer that never writes is waited for up to `answerTimeoutMs`.
+    const written = await settlement.writeAfterSettlement(policy.answerTimeoutMs);
     if (written && isRenderingOf(written, outcome, { ...routeAtSettlement, redirects }, policy)) {
       return toStored(written, ownHeaders);
     }
@@ -165,12 +165,20 @@ export function runClaimedRequest(
           ran.then((outcome) => ({ outcome, own: undefined })),
           settlement.handlerWrote().then((own) => ({ outcome: undefined, own })),
         ]);
-        if (first.own && !policy.transactional) return toStored(first.own, ownHeaders);
-        return recordOf(first.outcome ?? (await ran));
+        const stored =
+          first.own && !policy.transactional
+            ? toStored(first.own, ownHeaders)
+            : await recordOf(first.outcome ?? (await ran));
+        recorded = { ...recorded, response: stored };
+        return stored;
       },
       // Read once the handler settled, so a thrown error's forced outcome counts.
-      override: (settled) =>
-        idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome,
+      override: (settled) => {
+        const override =
+          idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome;
+        recorded = { ...recorded, override };
+        return override;
+      },
     })
     .then((result) => {
       settlement.end();
@@ -190,12 +198,75 @@ export function runClaimedRequest(
       executed.resolve({ kind: 'sent' });
       handled.resolve({ ok: false, error });
     });
-  return from(
-    handled.promise.then((outcome) => {
-      if (outcome.ok) return outcome.value;
-      throw outcome.error;
-    }),
-  );
+
+  attempts.set(request, {
+    nested: () => settlement.inHandlerFlow,
+    async outcome() {
+      const outcome = await handled.promise;
+      settlement.supersede();
+      const result = await executed.promise;
+      const { response: stored, override } = recorded;
+      const released =
+        result.kind !== 'sent' || !stored || decideOutcome(stored.statusCode, policy, override) === 'release';
+      return released && result.kind !== 'not-run' ? 'released' : outcome;
+    },
+  });
+  return new Observable<unknown>((subscriber) => {
+    let handedOut = false;
+    void handled.promise.then((outcome) => {
+      handedOut = true;
+      if (outcome.ok) {
+        subscriber.next(outcome.value);
+        subscriber.complete();
+      } else subscriber.error(outcome.error);
+    });
+    return () => {
+      // Dropped before the outcome was handed out: an outer layer answered on its own, or the client left.
+      if (!handedOut) {
+        if (isGone(raw)) settlement.close();
+        settlement.dropped();
+      }
+    };
+  });
+}
+
+/** A claimed request of this request object already ran (or runs): how it ended. */
+interface ClaimedAttempt {
+  /** Called from inside this attempt's handler (the interceptor bound twice): not a re-entry. */
+  nested(): boolean;
+  /** The first attempt's outcome once its record is decided, or `released` when its key was freed. */
+  outcome(): Promise<HandlerOutcome | 'released'>;
+}
+
+/** Claimed attempts by request object: an outer `retry()` subscribes to the same request again. */
+const attempts = new WeakMap<object, ClaimedAttempt>();
+
+/**
+ * Re-entry of a request already claimed (an outer `retry()` re-subscribing): the first attempt's
+ * outcome, its failure re-thrown and its success handed out again, or undefined when that attempt
+ * was released and the request may be claimed anew (docs/contract.md B.7 rule 17a).
+ */
+export function reenteredAttempt(request: object): Promise<Observable<unknown> | undefined> | undefined {
+  const attempt = attempts.get(request);
+  // Inside the attempt's own handler it is no re-entry: waiting for the attempt would wait for itself.
+  if (!attempt || attempt.nested()) return undefined;
+  return attempt.outcome().then((outcome) => {
+    if (outcome === 'released') {
+      attempts.delete(request);
+      return undefined;
+    }
+    return outcome.ok ? of(outcome.value) : throwError(() => outcome.error);
+  });
+}
+
+/** The response was sent or its connection closed (before the claim was won: the handler must not run). */
+export function responseAnswered(response: HttpResponse): boolean {
+  const raw = (response.raw ?? response) as ServerResponse;
+  return raw.headersSent || raw.writableEnded || isGone(raw);
+}
+
+function isGone(raw: ServerResponse): boolean {
+  return raw.destroyed || raw.socket?.destroyed === true;
 }
 
 function asReplacement(answer: CapturedResponse): ReplacementResponse {

@@ -17,7 +17,7 @@ describe('HandlerSettlement', () => {
         writeLater();
       }, 5);
     });
-    origins.push(new HandlerSettlement(true).written(written));
+    origins.push(new HandlerSettlement(false).written(written));
     await later;
     settlement.end();
     expect(origins).toEqual(['early', 'handler']);
@@ -25,8 +25,8 @@ describe('HandlerSettlement', () => {
 
   it('keeps telling them apart after every earlier request ended (the storage is disabled in between)', async () => {
     for (let round = 0; round < 3; round++) {
-      const first = new HandlerSettlement(true);
-      const second = new HandlerSettlement(true);
+      const first = new HandlerSettlement(false);
+      const second = new HandlerSettlement(false);
       const origins = await Promise.all([
         first.runHandler(async () => {
           await sleep(2);
@@ -49,10 +49,54 @@ describe('HandlerSettlement', () => {
     }
   });
 
-  it('on a route whose handler cannot write, every write before settlement is an outer layer’s', async () => {
+  it('on every route, a write from inside the handler flow is the handler’s; outside it, before settlement, an outer layer’s', async () => {
     const settlement = new HandlerSettlement(false);
-    const origin = await settlement.runHandler(async () => settlement.written(written));
+    const inside = await settlement.runHandler(async () => settlement.written(written));
+    const outside = new HandlerSettlement(false);
+    const before = outside.written(written);
+    outside.settle({ ok: true, value: undefined });
+    expect([inside, before, outside.written(written)]).toEqual(['handler', 'early', 'after']);
+  });
+
+  it('where Nest renders nothing, a write from a foreign flow (a client made at startup) is the handler’s answer', () => {
+    const beforeReturn = new HandlerSettlement(true).written(written);
+    const afterReturn = new HandlerSettlement(true);
+    afterReturn.settle({ ok: true, value: undefined });
+    const afterFailure = new HandlerSettlement(true);
+    afterFailure.settle({ ok: false, error: new Error('declined') });
+    const afterOuterDrop = new HandlerSettlement(true);
+    afterOuterDrop.dropped();
+    expect([
+      beforeReturn,
+      afterReturn.written(written),
+      afterFailure.written(written),
+      afterOuterDrop.written(written),
+    ]).toEqual(['handler', 'handler', 'after', 'early']);
+  });
+
+  it('waits for the rendering without a timer: the write, the client leaving, or an outer retry ends the wait', async () => {
+    const rendered = new HandlerSettlement(false);
+    rendered.settle({ ok: true, value: 1 });
+    const waitingForWrite = rendered.writeAfterSettlement(60_000);
+    rendered.written(written);
+    const left = new HandlerSettlement(false);
+    left.settle({ ok: true, value: 1 });
+    const waitingForClient = left.writeAfterSettlement(60_000);
+    left.close();
+    const retried = new HandlerSettlement(false);
+    retried.settle({ ok: false, error: new Error('declined') });
+    const waitingForRetry = retried.writeAfterSettlement(60_000);
+    retried.supersede();
+    expect(await Promise.all([waitingForWrite, waitingForClient, waitingForRetry])).toEqual([
+      written,
+      undefined,
+      undefined,
+    ]);
+  });
+
+  it('a @Res() handler that never answers: the wait ends at the route’s bound, without an answer', async () => {
+    const settlement = new HandlerSettlement(true);
     settlement.settle({ ok: true, value: undefined });
-    expect([origin, settlement.written(written)]).toEqual(['early', 'after']);
+    expect(await settlement.handlerAnswer(5)).toBeUndefined();
   });
 });

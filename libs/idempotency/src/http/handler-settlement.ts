@@ -3,51 +3,59 @@ import type { HandlerOutcome } from '../engine/idempotency-engine.types.js';
 import type { CapturedResponse } from './response-capture.js';
 
 /**
- * Marks the handler's own asynchronous flow, so a response written from inside it (a `@Res()`
- * route answering for itself) can be told from one written by an outer layer (a timeout
- * interceptor, a gateway filter) while the handler still runs.
+ * Marks the handler's own asynchronous flow (the handler, its pipes and param decorators, the
+ * interceptors inside `@Idempotent()`), so a response written from inside it can be told from one
+ * written by an outer layer (a timeout interceptor, a gateway filter) while the handler still runs.
  */
 const handlerFlow = new AsyncLocalStorage<object>();
 
 /**
  * Claimed requests whose handler flow may still write. While there are none, the storage is
  * disabled: before Node 24 it is built on async hooks, which, once enabled, cost every promise
- * of the process something (replays, and routes without `@Res()`, included).
+ * of the process something (replays and unprotected routes included; docs/performance.md).
  */
 let openFlows = 0;
 
 /** How a write to the response relates to the handler (docs/contract.md B.7 rule 17a). */
 export type WriteOrigin =
-  /** Written from the handler's own flow: its own response (`@Res()` routes). */
+  /** The handler's own answer: written from its flow, or, where Nest renders nothing, from a callback it handed the response to. */
   | 'handler'
   /** Written by an outer layer before the handler settled: not the handler's outcome. */
   | 'early'
   /** Written after the handler settled: the route's rendering of its outcome, unless an outer layer changed it. */
   | 'after';
 
+/** Why a wait for an answer ended without one. */
+type NoAnswer = undefined;
+
 /**
  * What one claimed request's handler did and what was written to its response, in order, so
- * the record can follow the handler's own settlement whatever answers the client first.
+ * the record follows events (the handler's settlement, the writes, the socket closing, the outer
+ * pipeline dropping the request), never a timer, whatever answers the client first.
  */
 export class HandlerSettlement {
   private readonly flowToken = {};
   private outcome?: HandlerOutcome;
   private answeredEarlyFlag = false;
   private ownWrite?: CapturedResponse;
-  private readonly ownWriteWaiters: ((captured: CapturedResponse) => void)[] = [];
+  private readonly ownWriteWaiters: ((captured: CapturedResponse | NoAnswer) => void)[] = [];
   private laterWrite?: CapturedResponse;
-  private laterWriteWaiter?: (captured: CapturedResponse | undefined) => void;
+  private readonly laterWriteWaiters: ((captured: CapturedResponse | NoAnswer) => void)[] = [];
   private closed = false;
+  private outerDropped = false;
+  private superseded = false;
   private flowOpen = false;
 
   constructor(
-    /** Whether the handler can write the response itself (`@Res()` or `@Next()` in its parameters). */
-    private readonly handlerWrites: boolean,
+    /**
+     * The handler answers through the response and Nest renders nothing of a success (`@Res()` or
+     * `@Next()` without passthrough): a write that no outer layer can have made is its answer.
+     */
+    private readonly handlerAnswers: boolean,
   ) {}
 
-  /** Runs the handler; writes made from inside it count as the handler's own. */
+  /** Runs the handler; writes made from inside its flow count as the handler's own, on every route. */
   runHandler<T>(handler: () => Promise<T>): Promise<T> {
-    if (!this.handlerWrites) return handler();
     if (!this.flowOpen) {
       this.flowOpen = true;
       openFlows += 1;
@@ -55,8 +63,14 @@ export class HandlerSettlement {
     return handlerFlow.run(this.flowToken, handler);
   }
 
+  /** True when called from inside this request's handler flow (an interceptor bound inside it). */
+  get inHandlerFlow(): boolean {
+    return handlerFlow.getStore() === this.flowToken;
+  }
+
   /** The request's record is settled: what its handler writes from now on decides nothing. */
   end(): void {
+    this.wakeAll();
     if (!this.flowOpen) return;
     this.flowOpen = false;
     openFlows -= 1;
@@ -82,49 +96,106 @@ export class HandlerSettlement {
 
   /** Classifies a completed write and remembers it. */
   written(captured: CapturedResponse): WriteOrigin {
-    // From the handler's own flow, before or after it returned (a callback that answers later).
-    if (this.handlerWrites && handlerFlow.getStore() === this.flowToken) {
+    if (handlerFlow.getStore() === this.flowToken || this.answeredByHandlerCallback()) {
       this.ownWrite ??= captured;
       for (const waiter of this.ownWriteWaiters.splice(0)) waiter(captured);
       return 'handler';
     }
     if (!this.outcome) {
       this.answeredEarlyFlag = true;
+      // No write of the handler's can reach the client now, and no rendering will follow.
+      this.wakeAll();
       return 'early';
     }
     this.laterWrite ??= captured;
-    this.laterWriteWaiter?.(captured);
+    for (const waiter of this.laterWriteWaiters.splice(0)) waiter(captured);
     return 'after';
   }
 
-  /** The client went away: no write will reach it. */
+  /**
+   * On a route where Nest renders nothing of a success, a write from outside the handler's flow
+   * (an EventEmitter or client created at startup calling back) is the handler's, unless an outer
+   * layer has dropped the request (a timeout that answered) or the handler failed (then Nest's
+   * filters render the failure).
+   */
+  private answeredByHandlerCallback(): boolean {
+    return this.handlerAnswers && !this.outerDropped && (this.outcome === undefined || this.outcome.ok);
+  }
+
+  /** The client went away: no write will reach it (a handler may still answer into the void). */
   close(): void {
     this.closed = true;
-    this.laterWriteWaiter?.(undefined);
+    for (const waiter of this.laterWriteWaiters.splice(0)) waiter(undefined);
+  }
+
+  get clientGone(): boolean {
+    return this.closed;
+  }
+
+  /**
+   * The outer pipeline unsubscribed before the handler's outcome was handed to it: an outer layer
+   * answered on its own (RxJS `timeout()` drops its source before it errors), or the client left.
+   */
+  dropped(): void {
+    if (this.closed) return;
+    this.outerDropped = true;
+  }
+
+  /**
+   * The request was subscribed again (an outer `retry()`): the outcome handed out was consumed by
+   * the layer that retries, so no rendering of it will come through this attempt.
+   */
+  supersede(): void {
+    this.superseded = true;
+    for (const waiter of this.laterWriteWaiters.splice(0)) waiter(undefined);
   }
 
   /** Resolves with the handler's own write, if it makes one before it settles. */
   handlerWrote(): Promise<CapturedResponse> {
     if (this.ownWrite) return Promise.resolve(this.ownWrite);
-    return new Promise((resolve) => this.ownWriteWaiters.push(resolve));
+    return new Promise((resolve) => this.ownWriteWaiters.push((captured) => captured && resolve(captured)));
   }
 
   /**
-   * The first write after the handler settled, or undefined when none can be expected (an
-   * outer layer already answered, the client left) or none came within `graceMs`.
+   * The handler's own answer on a route where it answers through the response, however late; or
+   * undefined when none can come (an outer layer answered first, the record was settled) or none
+   * came within `limitMs` (the route's `answerTimeoutMs`).
    */
-  writeAfterSettlement(graceMs: number): Promise<CapturedResponse | undefined> {
-    if (this.laterWrite) return Promise.resolve(this.laterWrite);
-    if (this.answeredEarlyFlag || this.closed) return Promise.resolve(undefined);
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => done(undefined), graceMs);
-      timer.unref();
-      const done = (captured: CapturedResponse | undefined) => {
-        clearTimeout(timer);
-        this.laterWriteWaiter = undefined;
-        resolve(captured);
-      };
-      this.laterWriteWaiter = done;
-    });
+  handlerAnswer(limitMs: number): Promise<CapturedResponse | NoAnswer> {
+    if (this.ownWrite) return Promise.resolve(this.ownWrite);
+    if (this.answeredEarlyFlag) return Promise.resolve(undefined);
+    return bounded(limitMs, (done) => this.ownWriteWaiters.push(done));
   }
+
+  /**
+   * The first write after the handler settled, or undefined when none can be expected (an outer
+   * layer already answered, the client left, an outer `retry()` took the outcome) or none came
+   * within `limitMs` (the route's `answerTimeoutMs`).
+   */
+  writeAfterSettlement(limitMs: number): Promise<CapturedResponse | NoAnswer> {
+    if (this.laterWrite) return Promise.resolve(this.laterWrite);
+    if (this.answeredEarlyFlag || this.closed || this.superseded) return Promise.resolve(undefined);
+    return bounded(limitMs, (done) => this.laterWriteWaiters.push(done));
+  }
+
+  private wakeAll(): void {
+    for (const waiter of this.ownWriteWaiters.splice(0)) waiter(undefined);
+    for (const waiter of this.laterWriteWaiters.splice(0)) waiter(undefined);
+  }
+}
+
+/** Waits for `register`'s callback, or `limitMs`, whichever comes first. */
+function bounded(
+  limitMs: number,
+  register: (done: (captured: CapturedResponse | NoAnswer) => void) => void,
+): Promise<CapturedResponse | NoAnswer> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => done(undefined), limitMs);
+    timer.unref();
+    const done = (captured: CapturedResponse | NoAnswer) => {
+      clearTimeout(timer);
+      resolve(captured);
+    };
+    register(done);
+  });
 }

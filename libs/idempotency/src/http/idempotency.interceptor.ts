@@ -20,7 +20,7 @@ import type { IdempotencyProblemException, IdempotencyProblemKind } from '../err
 import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { runClaimedRequest, type ClaimedRequestDeps } from './claimed-request.js';
+import { reenteredAttempt, responseAnswered, runClaimedRequest, type ClaimedRequestDeps } from './claimed-request.js';
 import { computeFingerprint } from './fingerprint/fingerprint.js';
 import { bodyBytesOf, receivedKey, type HttpRequest, type HttpResponse } from './http-request.js';
 import { parseIdempotencyKey, type ParsedKey } from './idempotency-key.parser.js';
@@ -89,6 +89,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         extensions: { maxBytes: policy.maxFingerprintedBodyBytes },
       });
     }
+    // An outer `retry()` subscribing to this request again gets its first attempt's outcome.
+    const reentered = reenteredAttempt(request);
+    const again = reentered && (await reentered);
+    if (again) return again;
     const scope = await this.getScope(request, policy, parsed.key);
     const fingerprint = await this.getFingerprint(request, policy, scope);
 
@@ -114,6 +118,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     switch (begun.kind) {
       case 'claimed':
+        if (responseAnswered(context.switchToHttp().getResponse<HttpResponse>())) {
+          // An outer layer answered, or the client left, while the claim was being made: the
+          // handler must not run for an answer already given (docs/contract.md B.7 rule 17a).
+          await this.engine.abandon(begun.claim).catch(() => undefined);
+          return of(undefined);
+        }
         try {
           return runClaimedRequest(context, next, begun.claim, route, echo, this.claimedRequestDeps);
         } catch (error) {

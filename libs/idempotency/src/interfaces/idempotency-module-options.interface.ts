@@ -122,6 +122,14 @@ export interface IdempotencyPolicyOptions {
    * @default leaseMs / 3
    */
   heartbeatMs?: number;
+  /**
+   * How long the record waits for the handler's answer once the handler has returned, in ms
+   * (B.7 rule 17a): a `@Res()` handler's own write, or the route's rendering of its result. The
+   * claim stays live (heartbeat) meanwhile. On expiry a `@Res()` handler that never answered has
+   * its claim released (no success is recorded that no one saw), and any other handler's result
+   * is recorded as Nest would render it. @default 300_000 (5 min)
+   */
+  answerTimeoutMs?: number;
   /** What the first request to find a dead lease does: run again (`takeover`) or store a final 500 (`fail`) (B.9 rules 27, 28). @default 'takeover' */
   staleLock?: 'takeover' | 'fail';
   /** The replay marker header. */

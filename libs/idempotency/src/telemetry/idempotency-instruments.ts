@@ -14,6 +14,7 @@ export interface Instruments {
   conflicts: Counter;
   takeovers: Counter;
   lostLeases: Counter;
+  finishGivenUp: Counter;
   releases: Counter;
   failOpen: Counter;
   storeErrors: Counter;
@@ -39,6 +40,11 @@ export function createInstruments(provider: MeterProvider): Instruments {
     ),
     takeovers: counter(names.takeovers, 'Dead leases recovered (taken over, or stored as outcome unknown)', '{lease}'),
     lostLeases: counter(names.lostLeases, 'Claims fenced out by a newer claim; their result is not stored', '{lease}'),
+    finishGivenUp: counter(
+      names.finishGivenUp,
+      'Completions or releases given up after retries, when the lease could no longer be held',
+      '{claim}',
+    ),
     releases: counter(names.releases, 'Claims ended by freeing the key (the outcome is not stored)', '{claim}'),
     failOpen: counter(
       names.failOpen,

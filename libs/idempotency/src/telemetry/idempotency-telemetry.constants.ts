@@ -31,6 +31,11 @@ export const IDEMPOTENCY_METRICS = {
   takeovers: 'idempotency.takeovers',
   /** Counter: claims fenced out (once per claim). Attributes: `operation`, `phase` (`heartbeat` | `complete` | `release` | `transaction`). */
   lostLeases: 'idempotency.leases.lost',
+  /**
+   * Counter: claims whose completion or release kept failing until their lease could no longer be
+   * held; the lease lapses and recovery takes over. Attributes: `operation`, `action` (`complete` | `release`).
+   */
+  finishGivenUp: 'idempotency.finish.given_up',
   /** Counter: claims ended by freeing the key. Attributes: `operation`, `tier`. */
   releases: 'idempotency.releases',
   /** Counter: requests run unprotected because the store failed (`onStoreError: 'fail-open'`). Attributes: `operation`. */

@@ -181,6 +181,27 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
   }
 
   /**
+   * A completion or release that failed on every try while the lease could be held: the claim is
+   * given up, its lease lapses, and recovery decides the key. Counted and logged.
+   */
+  finishGivenUp(claim: IdempotencyClaim, action: 'complete' | 'release', error: unknown): void {
+    const { operation, tenant } = this.labelsOf(claim.scoped);
+    this.instruments().finishGivenUp.add(1, { operation, action });
+    const cause = error as { message?: unknown } | null;
+    this.logger.error(
+      formatLogLine(`${action} given up: its lease can no longer be held; it lapses, then recovery decides the key`, {
+        event: 'finish_given_up',
+        keyHash: claim.scoped.id,
+        tenant,
+        operation,
+        outcome: 'lease_lapses_then_recovery',
+        phase: action,
+        error: typeof cause?.message === 'string' ? cause.message : String(error),
+      }),
+    );
+  }
+
+  /**
    * A store failure the engine or an adapter handled: one error line. `outcome` says what became
    * of the request (`not_run`, `kept_until_lease_lapses`, `durable_answers`, ...). Counting is done
    * by the instrumented store itself, per call.
