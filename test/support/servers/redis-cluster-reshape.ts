@@ -117,15 +117,25 @@ export async function beginSlotMigration(
   };
 }
 
-/** The port of a replica of the master on `masterPort`. */
-export async function replicaOf(masterPort: number): Promise<number> {
-  const view = await clusterView(masterPort);
-  const master = view.find((node) => node.port === masterPort);
-  const replica = view.find(
-    (node) => node.role === 'replica' && node.masterId === master?.id && node.trouble.length === 0,
+/**
+ * The port of a healthy replica of the master on `masterPort`, once the master sees one: after an
+ * earlier failover the demoted node takes a moment to reattach as a replica and finish its sync.
+ */
+export async function replicaOf(masterPort: number, timeoutMs = 20_000): Promise<number> {
+  let port: number | undefined;
+  await waitUntil(
+    async () => {
+      const view = await clusterView(masterPort);
+      const master = view.find((node) => node.port === masterPort);
+      port = view.find(
+        (node) => node.role === 'replica' && node.masterId === master?.id && node.trouble.length === 0,
+      )?.port;
+      return port !== undefined;
+    },
+    timeoutMs,
+    `127.0.0.1:${masterPort} has a healthy replica`,
   );
-  if (!replica) throw new Error(`127.0.0.1:${masterPort} has no healthy replica`);
-  return replica.port;
+  return port!;
 }
 
 /**
