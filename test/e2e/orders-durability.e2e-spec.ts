@@ -17,6 +17,7 @@ import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
+import { waitUntil } from '../support/timing.js';
 
 /**
  * The durable tier as the authority (DESIGN "The flow of one request", steps 4, 6, 7), on the
@@ -45,7 +46,10 @@ describe('durable authority on PostgreSQL + Redis (sample service)', () => {
 
   const order = (tenantId: string, key: string, body: unknown) =>
     send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
-  const count = async (table: 'orders' | 'payments' | 'idempotency_records', tenantId?: string) => {
+  const count = async (
+    table: 'orders' | 'payments' | 'idempotency_records' | 'order_notifications',
+    tenantId?: string,
+  ) => {
     const where = tenantId && table !== 'idempotency_records' ? ` WHERE tenant_id = '${tenantId}'` : '';
     const rows = await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table}${where}`);
     return Number(rows[0].n);
@@ -135,6 +139,13 @@ describe('durable authority on PostgreSQL + Redis (sample service)', () => {
     const tenantId = newTenant();
     const key = randomUUID();
     const body = orderBody();
+    // Earlier tests' orders are still being confirmed in the background (outbox, queue, a consumer
+    // whose run() adds a record of its own): the baseline is taken once every one of them is.
+    await waitUntil(
+      async () => (await count('order_notifications')) === (await count('orders')),
+      20_000,
+      'every earlier order is confirmed',
+    );
     const records = await count('idempotency_records');
     await queryTestDatabase(`ALTER TABLE "${schema}".payments RENAME TO payments_away`);
     let failed: HttpResult;
