@@ -19,6 +19,7 @@ import {
   type TransactionalRoutesApp,
 } from '../support/apps/transactional-routes.app.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { waitUntil } from '../support/timing.js';
 import {
   connectPostgresOrFail,
   createThrowawaySchema,
@@ -199,6 +200,38 @@ describe('transactional routes on PostgreSQL: outside writes, isolation, seriali
     expect(retry.status).toBe(402);
     const [{ balance }] = await dataSource.query('SELECT balance FROM accounts WHERE id = $1', [account]);
     expect(balance).toBe(20);
+  });
+
+  it('a serialization failure at the COMMIT itself (the competing transaction commits after the route wrote, before its COMMIT) frees the key: 503 with Retry-After: 1, and the retry runs', async () => {
+    const [mine, other] = [randomUUID(), randomUUID()];
+    await dataSource.query('INSERT INTO oncall (id, on_call) VALUES ($1, true), ($2, true)', [mine, other]);
+    const competitor = await connectPostgresOrFail();
+    try {
+      await competitor.query(`SET search_path TO "${schema}"`);
+      await competitor.query('BEGIN ISOLATION LEVEL SERIALIZABLE');
+      await competitor.query('SELECT count(*) FROM oncall WHERE on_call AND id IN ($1, $2)', [mine, other]);
+      const key = randomUUID();
+      const gate = randomUUID();
+      const answer = post(fixture, '/skew', key, { account: mine, gate });
+      await fixture.gates.arrive(`${gate}:read`); // the route has read
+      await waitUntil(async () => fixture.gates.arrivals(`${gate}:written`) === 1, 10_000, 'the route has written');
+      // Both have read what the other writes; the competitor writes and commits first: it wins.
+      await competitor.query('UPDATE oncall SET on_call = false WHERE id = $1', [other]);
+      await competitor.query('COMMIT');
+      void fixture.gates.arrive(`${gate}:written`); // the route returns: completion, then its COMMIT fails
+      const refused = await answer;
+      expect(refused.status).toBe(503);
+      expect(refused.headers.get('retry-after')).toBe('1');
+      const [{ on_call }] = await dataSource.query('SELECT on_call FROM oncall WHERE id = $1', [mine]);
+      expect(on_call).toBe(true); // the route's write rolled back with its record
+      const retry = await post(fixture, '/skew', key, { account: mine });
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    } finally {
+      await competitor.end();
+      // The skew route counts every on-call row: leave none behind for the next case.
+      await dataSource.query('DELETE FROM oncall WHERE id IN ($1, $2)', [mine, other]);
+    }
   });
 
   it('write skew on a SERIALIZABLE route: the transaction PostgreSQL rolls back (at its write or its COMMIT) answers 503 with Retry-After: 1, never an unknown outcome, and its retry runs at once', async () => {

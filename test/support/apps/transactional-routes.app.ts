@@ -55,6 +55,11 @@ export class Gates {
     if (gate.count >= count) gate.open();
     return gate.opened;
   }
+
+  /** How many requests have reached `name` so far. */
+  arrivals(name: string): number {
+    return this.waiting.get(name)?.count ?? 0;
+  }
 }
 
 @Injectable()
