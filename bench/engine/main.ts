@@ -6,6 +6,7 @@ import { NestFactory } from '@nestjs/core';
 import { IdempotencyModule, IdempotencyService } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { startRedisServer } from '../../test/support/servers/redis-server.js';
+import { BENCH_ORDER } from './bench-order.js';
 import { allocationsOf, type HeapProfile, ranked } from '../driver/profile-summary.js';
 
 /**
@@ -18,19 +19,6 @@ import { allocationsOf, type HeapProfile, ranked } from '../driver/profile-summa
  * generator and no server pipeline share its process. The value stored is the bench route's
  * 310-byte order.
  */
-const ORDER = {
-  id: '7b0c2f4e-6f55-4c8e-9a3b-1b2d3c4e5f60',
-  tenantId: '6f1c1f3e-8a55-4b8e-9a57-3f7f1b0a2c10',
-  customerId: '0b6b9c0e-2f4d-4d7a-9a77-5d1c7f3b8e21',
-  status: 'pending',
-  currency: 'EUR',
-  totalCents: 8498,
-  items: [
-    { sku: 'SKU-1001', quantity: 2, unitPriceCents: 1999 },
-    { sku: 'SKU-2002', quantity: 1, unitPriceCents: 4500 },
-  ],
-  createdAt: '2026-11-23T23:59:59.999Z',
-};
 
 interface Args {
   ops: number;
@@ -101,8 +89,8 @@ export async function runEngineBench(argv: readonly string[]): Promise<void> {
     const engine = app.get(IdempotencyService);
     const replayKey = randomUUID();
     const scenarios = {
-      fresh: () => engine.run({ operation: 'bench.fresh', key: randomUUID() }, () => ORDER),
-      replay: () => engine.run({ operation: 'bench.replay', key: replayKey }, () => ORDER),
+      fresh: () => engine.run({ operation: 'bench.fresh', key: randomUUID() }, () => BENCH_ORDER),
+      replay: () => engine.run({ operation: 'bench.replay', key: replayKey }, () => BENCH_ORDER),
     };
     await scenarios.replay();
     const results: Record<string, Measurement[]> = { fresh: [], replay: [] };

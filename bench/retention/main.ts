@@ -7,6 +7,7 @@ import { NestFactory } from '@nestjs/core';
 import { DataSource } from 'typeorm';
 import { IdempotencyModule, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
 import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import { BENCH_ORDER } from '../engine/bench-order.js';
 
 /**
  * `npm run bench:retention [-- --minutes N --ttl-seconds N --concurrency N]`: the durable store
@@ -19,22 +20,7 @@ import { IDEMPOTENCY_TYPEORM_MIGRATIONS, TypeOrmIdempotencyStore } from 'nestjs-
 const ORDER_RESPONSE: StoredResponse = {
   statusCode: 201,
   headers: { 'content-type': 'application/json; charset=utf-8', location: '/orders/7b0c2f4e' },
-  // The bench route's 310-byte order.
-  body: Buffer.from(
-    JSON.stringify({
-      id: '7b0c2f4e-6f55-4c8e-9a3b-1b2d3c4e5f60',
-      tenantId: '6f1c1f3e-8a55-4b8e-9a57-3f7f1b0a2c10',
-      customerId: '0b6b9c0e-2f4d-4d7a-9a77-5d1c7f3b8e21',
-      status: 'pending',
-      currency: 'EUR',
-      totalCents: 8498,
-      items: [
-        { sku: 'SKU-1001', quantity: 2, unitPriceCents: 1999 },
-        { sku: 'SKU-2002', quantity: 1, unitPriceCents: 4500 },
-      ],
-      createdAt: '2026-11-23T23:59:59.999Z',
-    }),
-  ),
+  body: Buffer.from(JSON.stringify(BENCH_ORDER)),
 };
 const TABLE = 'idempotency_records';
 
