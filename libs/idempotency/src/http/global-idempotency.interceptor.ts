@@ -2,6 +2,7 @@ import { Injectable, type CallHandler, type ExecutionContext, type NestIntercept
 import type { Observable } from 'rxjs';
 import { boundIdempotencyInterceptors } from './bound-interceptors.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { RouteMemo } from './route-memo.js';
 
 /**
  * The global mode's interceptor (`IdempotencyModule.forRoot({ protectAllRoutes: true })`,
@@ -13,25 +14,14 @@ import { IdempotencyInterceptor } from './idempotency.interceptor.js';
  */
 @Injectable()
 export class GlobalIdempotencyInterceptor implements NestInterceptor {
-  private readonly bindsItsOwn = new WeakMap<object, WeakMap<object, boolean>>();
+  private readonly bindsItsOwn = new RouteMemo<boolean>();
+  private readonly bindsInterceptor = (context: ExecutionContext) =>
+    boundIdempotencyInterceptors(context.getHandler(), context.getClass()).length > 0;
 
   constructor(private readonly interceptor: IdempotencyInterceptor) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
-    if (context.getType() !== 'http' || this.routeBindsItsOwn(context)) return next.handle();
+    if (context.getType() !== 'http' || this.bindsItsOwn.of(context, this.bindsInterceptor)) return next.handle();
     return this.interceptor.intercept(context, next);
-  }
-
-  private routeBindsItsOwn(context: ExecutionContext): boolean {
-    const handler = context.getHandler();
-    const controller = context.getClass();
-    let byHandler = this.bindsItsOwn.get(controller);
-    if (!byHandler) this.bindsItsOwn.set(controller, (byHandler = new WeakMap()));
-    let own = byHandler.get(handler);
-    if (own === undefined) {
-      own = boundIdempotencyInterceptors(handler, controller).length > 0;
-      byHandler.set(handler, own);
-    }
-    return own;
   }
 }

@@ -10,6 +10,7 @@ import type { OutcomeOverride } from '../engine/outcome-policy.js';
 import { IDEMPOTENCY_KEY_HEADER } from '../idempotency.constants.js';
 import { IdempotencyOutcomeRoute } from '../idempotency.metadata.js';
 import { resolvePolicy, type ResolvedModuleSettings, type ResolvedPolicy } from '../idempotency.options.js';
+import { RouteMemo } from './route-memo.js';
 import { protectedRouteOptions } from './route-protection.js';
 
 /** What every request of one route shares, resolved on its first request. */
@@ -29,7 +30,7 @@ export interface RouteState {
 
 /** The state of each route, by controller and handler; `null` for a route the layer does not protect. */
 export class RouteStates {
-  private readonly routes = new WeakMap<object, WeakMap<object, RouteState | null>>();
+  private readonly routes = new RouteMemo<RouteState | null>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -37,18 +38,15 @@ export class RouteStates {
   ) {}
 
   of(context: ExecutionContext): RouteState | null {
+    return this.routes.of(context, this.resolve);
+  }
+
+  private readonly resolve = (context: ExecutionContext): RouteState | null => {
     const handler = context.getHandler();
     const controller = context.getClass();
-    let byHandler = this.routes.get(controller);
-    if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
-    let state = byHandler.get(handler);
-    if (state === undefined) {
-      const options = protectedRouteOptions(this.reflector, handler, controller, this.settings.protectAllRoutes);
-      state = options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
-      byHandler.set(handler, state);
-    }
-    return state;
-  }
+    const options = protectedRouteOptions(this.reflector, handler, controller, this.settings.protectAllRoutes);
+    return options ? this.routeStateOf(context, resolvePolicy(this.settings.policyOptions, options)) : null;
+  };
 
   private routeStateOf(context: ExecutionContext, policy: ResolvedPolicy): RouteState {
     return {
