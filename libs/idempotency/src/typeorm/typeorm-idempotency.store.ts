@@ -29,6 +29,7 @@ import {
 } from './idempotency-record.codec.js';
 import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
 import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
+import { isMysqlDeadlock } from './idempotency-records.mysql.js';
 import { isSerializationFailure } from './idempotency-records.sql.js';
 import { RouteTransactions } from './route-transactions.js';
 import type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
@@ -103,7 +104,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     super();
     const type = dataSource.options.type;
     if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
-    const dialect = type === 'postgres' ? 'postgres' : 'sqlite';
+    const dialect = type === 'postgres' ? 'postgres' : type === 'sqljs' ? 'sqlite' : 'mysql';
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     checkDuration('lockTimeoutMs', lockTimeoutMs);
     if (options.runExclusive !== undefined && typeof options.runExclusive !== 'function') {
@@ -120,7 +121,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     const routes = new RouteTransactions(
       dataSource,
       options.propagate,
-      dialect === 'postgres' ? outsideWrites : 'ignore',
+      dialect === 'sqlite' ? 'ignore' : outsideWrites,
     );
     this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive, routes);
   }
@@ -159,9 +160,12 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     );
   }
 
-  /** SQLSTATE `40001` (serialization failure) or `40P01` (deadlock), on the error or its causes. */
+  /**
+   * SQLSTATE `40001` (serialization failure) or `40P01` (deadlock) on PostgreSQL, error 1213
+   * (deadlock) on MySQL / MariaDB, on the error or its causes: the transaction was rolled back.
+   */
   override isSerializationFailure(error: unknown): boolean {
-    return isSerializationFailure(error);
+    return isSerializationFailure(error) || isMysqlDeadlock(error);
   }
 
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
@@ -272,7 +276,9 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       throw new RangeError(`nowMs must be a non-negative integer (epoch ms), got ${nowMs}`);
     }
     return this.db.operation('deleteExpired', async (runner) =>
-      affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
+      this.db.dialect === 'mysql'
+        ? this.db.mysql.deleteExpired(runner, batchSize, nowMs)
+        : affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
     );
   }
 
@@ -298,9 +304,11 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkForceDeleteScope(scope);
     return this.db.operation('forceDelete', async (runner) => {
       const deleted =
-        scope === 'any'
-          ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
-          : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
+        this.db.dialect === 'mysql'
+          ? await this.db.mysql.forceDelete(runner, key, scope)
+          : scope === 'any'
+            ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
+            : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
       if (deleted === 'locked') {
         throw new IdempotencyStoreError(
           `Durable idempotency store (${this.db.dialect}): forceDelete of ${key} waited ${this.db.lockTimeoutMs} ms ` +
@@ -308,7 +316,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
           'durable',
         );
       }
-      return deleted.length === 1;
+      return typeof deleted === 'boolean' ? deleted : deleted.length === 1;
     });
   }
 
@@ -331,6 +339,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     request: ClaimRequest,
     expectedOwnerToken: string | undefined,
   ): Promise<ClaimResult> {
+    if (this.db.dialect === 'mysql') return this.db.mysql.acquire(runner, key, request, expectedOwnerToken);
     for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt += 1) {
       if (expectedOwnerToken !== undefined) {
         const taken = await this.db.writeWaitingForLock(runner, this.db.sql.takeOver, [
