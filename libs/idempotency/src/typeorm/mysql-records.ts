@@ -102,16 +102,20 @@ export class MysqlRecords {
   async deleteExpired(runner: QueryRunner, batchSize: number, nowMs: number | undefined): Promise<number> {
     const sql = this.db.mysqlSql;
     const at = nowMs ?? null;
-    await runner.startTransaction('READ COMMITTED');
-    try {
-      const keys = (await this.db.run(runner, sql.lockExpired, [at, batchSize])).records.map((row) => row.key);
-      const deleted =
-        keys.length === 0 ? 0 : affectedRows(await this.db.run(runner, sql.deleteLocked(keys.length), [at, ...keys]));
-      await runner.commitTransaction();
-      return deleted;
-    } catch (error) {
-      await rollbackQuietly(runner);
-      throw error;
+    for (let attempt = 1; ; attempt += 1) {
+      await runner.startTransaction('READ COMMITTED');
+      try {
+        const keys = (await this.db.run(runner, sql.lockExpired, [at, batchSize])).records.map((row) => row.key);
+        const deleted =
+          keys.length === 0 ? 0 : affectedRows(await this.db.run(runner, sql.deleteLocked(keys.length), [at, ...keys]));
+        await runner.commitTransaction();
+        return deleted;
+      } catch (error) {
+        await rollbackQuietly(runner);
+        // Reapers of several instances can deadlock on the table's secondary indexes (a DELETE
+        // removes entries another reaper's scan has locked); the victim deleted nothing: again.
+        if (!isMysqlDeadlock(error) || attempt === MAX_ATTEMPTS) throw error;
+      }
     }
   }
 
