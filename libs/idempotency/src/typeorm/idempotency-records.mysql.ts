@@ -6,7 +6,7 @@
  * no `FOR SHARE` (MySQL 8 only: `LOCK IN SHARE MODE` is the spelling both know).
  */
 import type { Statements } from './idempotency-records.sql.js';
-import { COMPLETED, IN_PROGRESS } from './idempotency-records.sql.js';
+import { COMPLETED, IN_PROGRESS, RECORD_COLUMNS } from './idempotency-records.sql.js';
 
 /** `ER_DUP_ENTRY`: the INSERT met a row of the key (committed, or one it waited for and that committed). */
 export const MYSQL_DUPLICATE_KEY = 1062;
@@ -29,21 +29,6 @@ const SAVED_LOCK_WAIT = '@idempotency_saved_lock_wait';
  * session's zone and is ambiguous for an hour a year).
  */
 const MYSQL_NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000)";
-
-const RECORD_COLUMNS = [
-  'state',
-  'fingerprint',
-  'owner_token',
-  'fencing_token',
-  'created_at_ms',
-  'lease_expires_at_ms',
-  'expires_at_ms',
-  'response_status',
-  'response_headers',
-  'response_body',
-  'response_body_omitted',
-].join(', ');
-
 /**
  * MySQL's own statements, beside the ones it shares with the other dialects' `Statements`.
  * Placeholders are written `$n` as everywhere in the store; {@link positional} turns them into

@@ -9,7 +9,7 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { IdempotencyRecord } from '../interfaces/idempotency-record.interface.js';
 import type { DurableTransactionOptions, TransactionalClaimResult } from '../stores/durable-idempotency-store.js';
 import type { ClaimRequest, ClaimResult, ForceDeleteScope } from '../stores/idempotency-store.js';
-import { affectedRows, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
+import { affectedRows, decodeRecord, integer, recordWithClock, single, type Row } from './idempotency-record.codec.js';
 import type { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
 import {
   isMysqlDeadlock,
@@ -167,10 +167,8 @@ export class MysqlRecords {
         } catch (error) {
           if (mysqlErrno(error) !== MYSQL_DUPLICATE_KEY) throw error;
         }
-        const rows = await run(sql.selectShared, [key]);
-        if (rows.length === 0) continue; // released or reaped in between: insert again
-        const row = single(rows);
-        const current = { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+        const current = recordWithClock(await run(sql.selectShared, [key]));
+        if (!current) continue; // released or reaped in between: insert again
         if (current.record.expiresAtMs > current.nowMs) {
           existing = current;
           break;
@@ -257,14 +255,8 @@ export class MysqlRecords {
   }
 
   /** The row as it is, expired or not, with the database's clock at the read. */
-  private async read(
-    runner: QueryRunner,
-    key: string,
-  ): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
-    const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
-    if (rows.length === 0) return undefined;
-    const row = single(rows);
-    return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+  private async read(runner: QueryRunner, key: string) {
+    return recordWithClock((await this.db.run(runner, this.db.sql.select, [key])).records);
   }
 }
 

@@ -22,8 +22,8 @@ import {
   checkStoredResponse,
   checkToken,
   decodeRecord,
-  integer,
   readableEntry,
+  recordWithClock,
   single,
   type Row,
 } from './idempotency-record.codec.js';
@@ -44,8 +44,9 @@ const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
 const MAX_CLAIM_ATTEMPTS = 5;
 
 /**
- * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, or SQLite
- * through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
+ * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, MySQL 8 or
+ * MariaDB 10.11+ (`mysql2`; docs/durable-tier.md "MySQL 8 and MariaDB" for how its statements
+ * and locks differ), or SQLite through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
  * (create it with {@link IDEMPOTENCY_TYPEORM_MIGRATIONS}).
  *
  * - **Connections**: it uses the DataSource you pass and never opens, initializes or closes a
@@ -93,7 +94,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   /** Runs the statements on the DataSource: operations, transactions, lock waits, failures. */
   private readonly db: IdempotencyRecordsConnection;
   /**
-   * @param dataSource the application's DataSource (`postgres` or `sqljs`). It may still be
+   * @param dataSource the application's DataSource (`postgres`, `mysql`, `mariadb` or `sqljs`). It may still be
    *   uninitialized when the store is created; operations need it initialized.
    * @throws IdempotencyConfigurationError for another DataSource type.
    */
@@ -380,9 +381,6 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     runner: QueryRunner,
     key: string,
   ): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
-    const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
-    if (rows.length === 0) return undefined;
-    const row = single(rows);
-    return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+    return recordWithClock((await this.db.run(runner, this.db.sql.select, [key])).records);
   }
 }
