@@ -41,6 +41,10 @@ describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)
   const order = (tenantId: string, key: string, body: unknown) =>
     send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
   const count = (table: OrdersTable, tenantId?: string) => db.count(table, tenantId);
+  // Before Redis loses its data: the order's confirmation job (BullMQ, on that Redis) has run, or
+  // it would be lost with it, and a later test would wait for a confirmation that never comes.
+  const confirmed = (tenantId: string) =>
+    waitUntil(async () => (await count('order_notifications', tenantId)) === 1, 10_000, 'the order is confirmed');
   const restartApp = async () => {
     await app?.close();
     app = await createOrdersApp({ env, logger: false });
@@ -67,6 +71,7 @@ describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)
     const body = orderBody();
     const first = await order(tenantId, key, body);
     expect(first.status).toBe(201);
+    await confirmed(tenantId);
     const client = await openRedis(redis.url);
     await client.flushall();
     client.disconnect();
@@ -83,6 +88,7 @@ describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)
     const body = orderBody();
     const first = await order(tenantId, key, body);
     expect(first.status).toBe(201);
+    await confirmed(tenantId);
     const port = redis.port;
     await redis.stop();
     redis = await startRedisServer({ port });
@@ -110,6 +116,7 @@ describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)
     const tenantId = newTenant();
     const key = randomUUID();
     await order(tenantId, key, orderBody({ currency: 'USD' }));
+    await confirmed(tenantId);
     const client = await openRedis(redis.url);
     await client.flushall();
     client.disconnect();
