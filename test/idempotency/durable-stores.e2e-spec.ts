@@ -7,6 +7,7 @@ import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm'
 import {
   DurableIdempotencyStore,
   IdempotencyConfigurationError,
+  IdempotencyIsolationError,
   IdempotencyStoreError,
   type ClaimRequest,
   type DurableTransaction,
@@ -916,6 +917,27 @@ describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
       expect(answers.every((a) => ['claimed', 'busy', 'existing'].includes(a))).toBe(true);
       expect((await store.get(key))?.state).toBe('completed');
     });
+
+    it.each([
+      ['the server default (REPEATABLE READ)', undefined],
+      ['READ COMMITTED, asked by the route', 'READ COMMITTED' as const],
+    ])(
+      'refuses a stronger isolation level asked inside the route at %s (IdempotencyIsolationError); a weaker one is a savepoint',
+      async (_name, isolationLevel) => {
+        const store = new TypeOrmIdempotencyStore(dataSource);
+        const result = await store.claimInTransaction(newId(), claimRequest(), { isolationLevel, label: 'POST /x' });
+        if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+        const manager = result.transaction.manager as EntityManager;
+        try {
+          await expect(manager.transaction('SERIALIZABLE', async () => undefined)).rejects.toBeInstanceOf(
+            IdempotencyIsolationError,
+          );
+          await expect(manager.transaction('READ UNCOMMITTED', async () => 'nested')).resolves.toBe('nested');
+        } finally {
+          await result.transaction.rollback();
+        }
+      },
+    );
 
     it('a deadlock (1213) inside the handler is a serialization failure: the engine answers 503 and rolls back', async () => {
       const store = new TypeOrmIdempotencyStore(dataSource);

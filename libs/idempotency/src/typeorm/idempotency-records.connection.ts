@@ -83,13 +83,13 @@ export class IdempotencyRecordsConnection {
   }
 
   /**
-   * BEGIN at the route's isolation level (PostgreSQL; SQLite's transactions on its one connection
-   * are serializable whatever is asked), and the guard against a stronger level asked inside.
+   * BEGIN at the route's isolation level (PostgreSQL, MySQL; SQLite's transactions on its one
+   * connection are serializable whatever is asked), and the guard against a stronger level asked inside.
    */
   async begin(runner: QueryRunner, options: DurableTransactionOptions): Promise<void> {
     if (this.dialect === 'sqlite') return runner.startTransaction();
     await runner.startTransaction(options.isolationLevel);
-    if (this.dialect === 'postgres') this.routes.guardIsolation(runner, options);
+    this.routes.guardIsolation(runner, options);
   }
 
   /** The runner of a transaction whose `work` is still running, or undefined. */
