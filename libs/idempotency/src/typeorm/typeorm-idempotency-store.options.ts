@@ -44,7 +44,7 @@ export interface TypeOrmIdempotencyStoreOptions {
    */
   propagate?: PropagateTransaction;
   /**
-   * PostgreSQL: what to do with a write of an entity (repository, manager, query builder) made
+   * PostgreSQL and MySQL: what to do with a write of an entity (repository, manager, query builder) made
    * on another connection than the route's while a transactional route's handler runs: such a
    * write commits even when the route rolls back and its record is released. `warn` logs one
    * warning per route and table, naming the route; `throw` refuses the write (before it runs).
