@@ -196,6 +196,17 @@ async function createBusinessTable(dataSource: DataSource): Promise<void> {
   await dataSource.query('CREATE TABLE business_rows (id varchar(64) PRIMARY KEY)');
 }
 
+/** An initialized DataSource whose migrations ran (both of them, in order) and a business table. */
+async function openMigrated(options: DataSourceOptions): Promise<DataSource> {
+  const dataSource = await new DataSource(options).initialize();
+  expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
+    'CreateIdempotencyRecords1764100000000',
+    'AddIdempotencyRecordsInProgressIndex1764150000000',
+  ]);
+  await createBusinessTable(dataSource);
+  return dataSource;
+}
+
 /** The harness of the contract over one DataSource. */
 function harness(
   dialect: Dialect,
@@ -767,13 +778,7 @@ describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
   beforeAll(async () => {
     await (await connectMariadbOrFail()).end();
     database = await createMariadbDatabase('durable');
-    dataSource = new DataSource(mariadbOptions(database));
-    await dataSource.initialize();
-    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
-      'CreateIdempotencyRecords1764100000000',
-      'AddIdempotencyRecordsInProgressIndex1764150000000',
-    ]);
-    await createBusinessTable(dataSource);
+    dataSource = await openMigrated(mariadbOptions(database));
   });
 
   afterAll(async () => {
