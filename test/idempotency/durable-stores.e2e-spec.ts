@@ -877,7 +877,7 @@ describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
     });
   });
 
-  describe('InnoDB locking under concurrency (REPEATABLE READ, the server default)', () => {
+  describe('InnoDB locking under concurrency (REPEATABLE READ, the server default), and the route transaction', () => {
     afterEach(() => dataSource.query('DELETE FROM idempotency_records'));
 
     /** Claims `key` in a transaction, holds it `holdMs`, completes and commits: what a route does. */
@@ -943,6 +943,36 @@ describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
         }
       },
     );
+
+    it("outsideWrites 'throw': an entity write on another connection while the route runs is refused before it runs", async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { outsideWrites: 'throw' });
+      const result = await store.claimInTransaction(newId(), claimRequest(), { label: 'POST /x' });
+      if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+      const outside = newId();
+      const write = () =>
+        dataSource.getRepository(MysqlIdempotencyRecordEntity).insert({
+          key: outside,
+          state: 'in_progress',
+          fingerprint: 'f',
+          ownerToken: 't',
+          fencingToken: 1,
+          createdAtMs: 1,
+          leaseExpiresAtMs: 1,
+          expiresAtMs: 1,
+          responseStatus: null,
+          responseHeaders: null,
+          responseBody: null,
+          responseBodyOmitted: false,
+        });
+      try {
+        await expect(result.transaction.run(write)).rejects.toThrow(
+          /POST \/x: a write to idempotency_records ran outside/,
+        );
+      } finally {
+        await result.transaction.rollback();
+      }
+      expect(await h(dataSource).countRows()).toBe(0);
+    });
 
     it('a deadlock (1213) inside the handler is a serialization failure: the engine answers 503 and rolls back', async () => {
       const store = new TypeOrmIdempotencyStore(dataSource);
