@@ -94,6 +94,11 @@ export type DatabaseConfig =
       schema: string;
     }
   | {
+      kind: 'mysql';
+      /** `mysql://` or `mariadb://` connection URL, as given; its path names the database that holds every table. */
+      url: string;
+    }
+  | {
       kind: 'embedded';
       /** Absolute path of the sql.js database file (created on first start). */
       file: string;
@@ -173,9 +178,10 @@ export function validateOrdersEnvironment(variables: EnvironmentVariables, cwd: 
 }
 
 function databaseOf(env: OrdersEnvironment, cwd: string): DatabaseConfig {
-  return env.DATABASE_URL !== undefined
-    ? { kind: 'postgres', url: env.DATABASE_URL, schema: env.DATABASE_SCHEMA ?? 'public' }
-    : { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
+  if (env.DATABASE_URL === undefined) return { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
+  return /^(mysql|mariadb):/.test(env.DATABASE_URL)
+    ? { kind: 'mysql', url: env.DATABASE_URL }
+    : { kind: 'postgres', url: env.DATABASE_URL, schema: env.DATABASE_SCHEMA ?? 'public' };
 }
 
 /** The levels Nest should print for a minimum level: `warn` → fatal, error, warn. */
@@ -188,7 +194,9 @@ export function describeBackends(config: Pick<OrdersConfig, 'database' | 'fastSt
   const db =
     config.database.kind === 'postgres'
       ? `PostgreSQL ${redactUrl(config.database.url)} (schema "${config.database.schema}")`
-      : `embedded sql.js file ${config.database.file}`;
+      : config.database.kind === 'mysql'
+        ? `MySQL / MariaDB ${redactUrl(config.database.url)}`
+        : `embedded sql.js file ${config.database.file}`;
   const store =
     config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
   const { rabbitmq } = config.queue;

@@ -22,13 +22,14 @@ import {
   checkStoredResponse,
   checkToken,
   decodeRecord,
-  integer,
   readableEntry,
+  recordWithClock,
   single,
   type Row,
 } from './idempotency-record.codec.js';
 import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
 import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
+import { isMysqlDeadlock } from './idempotency-records.mysql.js';
 import { isSerializationFailure } from './idempotency-records.sql.js';
 import { RouteTransactions } from './route-transactions.js';
 import type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
@@ -43,8 +44,9 @@ const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
 const MAX_CLAIM_ATTEMPTS = 5;
 
 /**
- * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, or SQLite
- * through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
+ * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, MySQL 8 or
+ * MariaDB 10.11+ (`mysql2`; docs/durable-tier.md "MySQL 8 and MariaDB" for how its statements
+ * and locks differ), or SQLite through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
  * (create it with {@link IDEMPOTENCY_TYPEORM_MIGRATIONS}).
  *
  * - **Connections**: it uses the DataSource you pass and never opens, initializes or closes a
@@ -92,7 +94,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   /** Runs the statements on the DataSource: operations, transactions, lock waits, failures. */
   private readonly db: IdempotencyRecordsConnection;
   /**
-   * @param dataSource the application's DataSource (`postgres` or `sqljs`). It may still be
+   * @param dataSource the application's DataSource (`postgres`, `mysql`, `mariadb` or `sqljs`). It may still be
    *   uninitialized when the store is created; operations need it initialized.
    * @throws IdempotencyConfigurationError for another DataSource type.
    */
@@ -103,7 +105,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     super();
     const type = dataSource.options.type;
     if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
-    const dialect = type === 'postgres' ? 'postgres' : 'sqlite';
+    const dialect = type === 'postgres' ? 'postgres' : type === 'sqljs' ? 'sqlite' : 'mysql';
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     checkDuration('lockTimeoutMs', lockTimeoutMs);
     if (options.runExclusive !== undefined && typeof options.runExclusive !== 'function') {
@@ -120,7 +122,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     const routes = new RouteTransactions(
       dataSource,
       options.propagate,
-      dialect === 'postgres' ? outsideWrites : 'ignore',
+      dialect === 'sqlite' ? 'ignore' : outsideWrites,
     );
     this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive, routes);
   }
@@ -159,9 +161,12 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     );
   }
 
-  /** SQLSTATE `40001` (serialization failure) or `40P01` (deadlock), on the error or its causes. */
+  /**
+   * SQLSTATE `40001` (serialization failure) or `40P01` (deadlock) on PostgreSQL, error 1213
+   * (deadlock) on MySQL / MariaDB, on the error or its causes: the transaction was rolled back.
+   */
   override isSerializationFailure(error: unknown): boolean {
-    return isSerializationFailure(error);
+    return isSerializationFailure(error) || isMysqlDeadlock(error);
   }
 
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
@@ -272,7 +277,9 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       throw new RangeError(`nowMs must be a non-negative integer (epoch ms), got ${nowMs}`);
     }
     return this.db.operation('deleteExpired', async (runner) =>
-      affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
+      this.db.dialect === 'mysql'
+        ? this.db.mysql.deleteExpired(runner, batchSize, nowMs)
+        : affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
     );
   }
 
@@ -298,9 +305,11 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkForceDeleteScope(scope);
     return this.db.operation('forceDelete', async (runner) => {
       const deleted =
-        scope === 'any'
-          ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
-          : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
+        this.db.dialect === 'mysql'
+          ? await this.db.mysql.forceDelete(runner, key, scope)
+          : scope === 'any'
+            ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
+            : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
       if (deleted === 'locked') {
         throw new IdempotencyStoreError(
           `Durable idempotency store (${this.db.dialect}): forceDelete of ${key} waited ${this.db.lockTimeoutMs} ms ` +
@@ -308,7 +317,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
           'durable',
         );
       }
-      return deleted.length === 1;
+      return typeof deleted === 'boolean' ? deleted : deleted.length === 1;
     });
   }
 
@@ -331,6 +340,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     request: ClaimRequest,
     expectedOwnerToken: string | undefined,
   ): Promise<ClaimResult> {
+    if (this.db.dialect === 'mysql') return this.db.mysql.acquire(runner, key, request, expectedOwnerToken);
     for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt += 1) {
       if (expectedOwnerToken !== undefined) {
         const taken = await this.db.writeWaitingForLock(runner, this.db.sql.takeOver, [
@@ -371,9 +381,6 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     runner: QueryRunner,
     key: string,
   ): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
-    const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
-    if (rows.length === 0) return undefined;
-    const row = single(rows);
-    return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+    return recordWithClock((await this.db.run(runner, this.db.sql.select, [key])).records);
   }
 }
