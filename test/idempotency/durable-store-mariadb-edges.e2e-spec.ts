@@ -1,0 +1,142 @@
+import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
+import {
+  IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  TypeOrmIdempotencyStore,
+  idempotencyTypeOrmEntities,
+} from 'nestjs-idempotency/typeorm';
+import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
+import {
+  connectMariadbOrFail,
+  createMariadbDatabase,
+  dropMariadbDatabase,
+  mariadbUrl,
+  queryMariadb,
+} from '../support/servers/mariadb.js';
+
+/**
+ * The TypeORM store on MariaDB where InnoDB and MySQL's SQL differ from PostgreSQL: PAD SPACE
+ * comparisons, the session's time zone and lock wait left on pooled connections, a connection
+ * killed in the middle of a route's transaction.
+ */
+describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQL', () => {
+  let database: string;
+  let dataSource: DataSource;
+
+  const options = (overrides: Partial<DataSourceOptions> = {}): DataSourceOptions =>
+    ({
+      type: 'mariadb',
+      url: mariadbUrl(database),
+      entities: idempotencyTypeOrmEntities('mariadb'),
+      migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+      connectTimeout: 3_000,
+      logging: false,
+      ...overrides,
+    }) as DataSourceOptions;
+
+  beforeAll(async () => {
+    await (await connectMariadbOrFail()).end();
+    database = await createMariadbDatabase('edges');
+    dataSource = await new DataSource(options()).initialize();
+    await dataSource.runMigrations();
+    await dataSource.query('CREATE TABLE business_rows (id varchar(64) PRIMARY KEY)');
+  });
+
+  afterAll(async () => {
+    await dataSource?.destroy();
+    if (database) await dropMariadbDatabase(database);
+  });
+
+  /** The session variables of every connection the pool holds, read on each of them. */
+  const pooledSessions = async (source: DataSource, size: number) => {
+    const runners = Array.from({ length: size }, () => source.createQueryRunner());
+    try {
+      return await Promise.all(
+        runners.map(
+          async (runner) =>
+            (
+              (await runner.query(
+                'SELECT @@SESSION.innodb_lock_wait_timeout AS wait, @@SESSION.tx_isolation AS isolation, @@in_transaction AS open',
+              )) as { wait: number; isolation: string; open: number }[]
+            )[0],
+        ),
+      );
+    } finally {
+      await Promise.all(runners.map((runner) => runner.release()));
+    }
+  };
+
+  it('keys and owner tokens that differ only by trailing spaces are refused, never merged (PAD SPACE collation)', async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource);
+    const key = newId();
+    const claimed = await store.claim(key, claimRequest());
+    if (claimed.kind !== 'claimed') throw new Error(`expected claimed, got ${claimed.kind}`);
+    // 'k' = 'k ' under ascii_bin: accepted, the other key would be answered with this one's record.
+    await expect(store.claim(`${key} `, claimRequest())).rejects.toThrow(TypeError);
+    await expect(store.get(`${key} `)).rejects.toThrow(TypeError);
+    // A stale owner whose token differs by a trailing space must not complete the claim.
+    await expect(store.complete(key, `${claimed.record.ownerToken} `, sampleResponse())).rejects.toThrow(TypeError);
+    await expect(store.claim(newId(), claimRequest({ ownerToken: 'tøken' }))).rejects.toThrow(TypeError);
+    expect((await store.get(key))?.state).toBe('in_progress');
+  });
+
+  it("takes the database's clock in UTC whatever the session's time_zone", async () => {
+    const zoned = await new DataSource(options({ poolSize: 1 } as Partial<DataSourceOptions>)).initialize();
+    try {
+      await zoned.query("SET time_zone = '+09:30'");
+      const [{ zone }] = (await zoned.query('SELECT @@SESSION.time_zone AS zone')) as { zone: string }[];
+      expect(zone).toBe('+09:30');
+      const [{ utc }] = (await zoned.query(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS utc",
+      )) as { utc: string }[];
+      const store = new TypeOrmIdempotencyStore(zoned);
+      const claimed = await store.claim(newId(), claimRequest());
+      if (claimed.kind !== 'claimed') throw new Error(`expected claimed, got ${claimed.kind}`);
+      // Same server, one connection: the claim's clock is the UTC one read just before, not 9.5 h off.
+      expect(claimed.record.createdAtMs).toBeGreaterThanOrEqual(Number(utc));
+      expect(claimed.record.createdAtMs - Number(utc)).toBeLessThan(9 * 3_600_000);
+    } finally {
+      await zoned.destroy();
+    }
+  });
+
+  it('leaves no lock wait, isolation level or open transaction on pooled connections after busy, existing and failed claims', async () => {
+    const pooled = await new DataSource(options({ poolSize: 3 } as Partial<DataSourceOptions>)).initialize();
+    try {
+      const before = await pooledSessions(pooled, 3);
+      const store = new TypeOrmIdempotencyStore(pooled, { lockTimeoutMs: 1_000 });
+      const key = newId();
+      const first = await store.claimInTransaction(key, claimRequest(), { isolationLevel: 'READ COMMITTED' });
+      if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+      expect((await store.claimInTransaction(key, claimRequest(), { isolationLevel: 'SERIALIZABLE' })).kind).toBe(
+        'busy',
+      );
+      await first.transaction.savepoint();
+      expect(await first.transaction.complete(sampleResponse())).toBe(true);
+      await first.transaction.commit();
+      expect((await store.claimInTransaction(key, claimRequest())).kind).toBe('existing');
+      expect(await pooledSessions(pooled, 3)).toEqual(before);
+    } finally {
+      await pooled.destroy();
+    }
+  });
+
+  it('a route whose connection is killed mid-transaction commits nothing: no record, no write; the retry claims and runs', async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource);
+    const key = newId();
+    const row = newId();
+    const first = await store.claimInTransaction(key, claimRequest());
+    if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+    await first.transaction.savepoint();
+    const manager = first.transaction.manager as EntityManager;
+    await manager.query('INSERT INTO business_rows (id) VALUES (?)', [row]);
+    const [{ id }] = (await manager.query('SELECT CONNECTION_ID() AS id')) as { id: number }[];
+    await queryMariadb(`KILL CONNECTION ${Number(id)}`);
+    await expect(first.transaction.complete(sampleResponse())).rejects.toThrow();
+    await first.transaction.rollback().catch(() => undefined);
+    expect(await queryMariadb(`SELECT id FROM \`${database}\`.business_rows WHERE id = ?`, [row])).toHaveLength(0);
+    expect(await store.get(key)).toBeUndefined();
+    const retry = await store.claimInTransaction(key, claimRequest());
+    expect(retry.kind).toBe('claimed');
+    if (retry.kind === 'claimed') await retry.transaction.rollback();
+  });
+});
