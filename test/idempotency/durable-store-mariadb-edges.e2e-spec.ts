@@ -139,4 +139,13 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     expect(retry.kind).toBe('claimed');
     if (retry.kind === 'claimed') await retry.transaction.rollback();
   });
+
+  it('stores response headers larger than a TEXT column (64 KiB) as PostgreSQL does', async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource);
+    const key = newId();
+    const claimed = await store.claim(key, claimRequest());
+    const headers = { 'x-large': 'h'.repeat(70_000) };
+    expect(await store.complete(key, claimed.record.ownerToken, sampleResponse({ headers }))).toBe(true);
+    expect((await store.get(key))?.response?.headers).toEqual(headers);
+  });
 });
