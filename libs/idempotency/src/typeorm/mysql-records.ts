@@ -217,24 +217,28 @@ export class MysqlRecords {
     params: unknown[],
     readBackOwner?: string,
   ): Promise<GuardedWrite | 'locked'> {
-    await runner.startTransaction('READ COMMITTED');
-    try {
-      if (!(await this.lockRow(runner, key))) {
-        await runner.rollbackTransaction();
-        return 'locked';
+    for (let attempt = 1; ; attempt += 1) {
+      await runner.startTransaction('READ COMMITTED');
+      try {
+        if (!(await this.lockRow(runner, key))) {
+          await runner.rollbackTransaction();
+          return 'locked';
+        }
+        const affected = affectedRows(await this.db.run(runner, sql, params));
+        const record =
+          affected === 1 && readBackOwner !== undefined
+            ? decodeRecord(
+                single((await this.db.run(runner, this.db.mysqlSql.selectOwned, [key, readBackOwner])).records),
+              )
+            : undefined;
+        await runner.commitTransaction();
+        return { affected, record };
+      } catch (error) {
+        await rollbackQuietly(runner);
+        // The write holds the row's lock and wants its index entries, which a completion of the
+        // same row in autocommit can hold while it waits for the row: the victim changed nothing.
+        if (!isMysqlDeadlock(error) || attempt === MAX_ATTEMPTS) throw error;
       }
-      const affected = affectedRows(await this.db.run(runner, sql, params));
-      const record =
-        affected === 1 && readBackOwner !== undefined
-          ? decodeRecord(
-              single((await this.db.run(runner, this.db.mysqlSql.selectOwned, [key, readBackOwner])).records),
-            )
-          : undefined;
-      await runner.commitTransaction();
-      return { affected, record };
-    } catch (error) {
-      await rollbackQuietly(runner);
-      throw error;
     }
   }
 
