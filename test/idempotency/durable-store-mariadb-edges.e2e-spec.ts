@@ -178,6 +178,41 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     }
   });
 
+  it('reapers racing claims that replace expired rows: no error reaches a caller, each live claim keeps its row', async () => {
+    const keys = Array.from({ length: 12 }, () => newId());
+    const errors: unknown[] = [];
+    const live: { key: string; ownerToken: string }[] = [];
+    const until = performance.now() + 1_500;
+    const claimer = async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 200 });
+      while (performance.now() < until) {
+        const key = keys[Math.floor(Math.random() * keys.length)];
+        // A few claims are long-lived: the reapers must never delete them.
+        const ttlMs = live.length < 4 && Math.random() < 0.1 ? 60_000 : 20;
+        try {
+          const result = await store.claim(key, claimRequest({ leaseMs: ttlMs, ttlMs }));
+          if (result.kind === 'claimed' && ttlMs === 60_000) live.push({ key, ownerToken: result.record.ownerToken });
+          if (result.kind === 'claimed' && Math.random() < 0.5) {
+            await store.complete(key, result.record.ownerToken, sampleResponse());
+          }
+        } catch (error) {
+          errors.push(error);
+        }
+      }
+    };
+    const reaper = async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource);
+      while (performance.now() < until) {
+        await store.deleteExpired(5).catch((error: unknown) => errors.push(error));
+      }
+    };
+    await Promise.all([...Array.from({ length: 6 }, claimer), ...Array.from({ length: 3 }, reaper)]);
+    expect(errors).toEqual([]);
+    expect(live.length).toBeGreaterThan(0);
+    const store = new TypeOrmIdempotencyStore(dataSource);
+    for (const { key, ownerToken } of live) expect((await store.get(key))?.ownerToken).toBe(ownerToken);
+  });
+
   it('stores response headers larger than a TEXT column (64 KiB) as PostgreSQL does', async () => {
     const store = new TypeOrmIdempotencyStore(dataSource);
     const key = newId();
