@@ -213,6 +213,32 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     for (const { key, ownerToken } of live) expect((await store.get(key))?.ownerToken).toBe(ownerToken);
   });
 
+  it('transactional claims racing to replace one expired row: none answers with the expired record (InnoDB deadlock 1213)', async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_000 });
+    const answers: string[] = [];
+    for (let round = 0; round < 4; round += 1) {
+      const key = newId();
+      const first = await store.claim(key, claimRequest({ leaseMs: 50, ttlMs: 50 }));
+      await store.complete(key, first.record.ownerToken, sampleResponse());
+      await sleep(80);
+      // Each winner holds its claim a moment and fails (rolls back): the expired response is no answer.
+      const settled = await Promise.all(
+        [0, 1, 2].map(async () => {
+          const result = await store.claimInTransaction(key, claimRequest());
+          if (result.kind === 'claimed') {
+            await sleep(100);
+            await result.transaction.rollback();
+            return 'claimed';
+          }
+          if (result.kind === 'existing' && result.record.expiresAtMs <= result.nowMs) return 'expired record';
+          return result.kind;
+        }),
+      );
+      answers.push(...settled);
+    }
+    expect(answers.filter((answer) => answer === 'expired record')).toEqual([]);
+  });
+
   it('stores response headers larger than a TEXT column (64 KiB) as PostgreSQL does', async () => {
     const store = new TypeOrmIdempotencyStore(dataSource);
     const key = newId();
