@@ -1,44 +1,29 @@
-import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm';
-import {
-  IDEMPOTENCY_TYPEORM_MIGRATIONS,
-  TypeOrmIdempotencyStore,
-  idempotencyTypeOrmEntities,
-} from 'nestjs-idempotency/typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
+import { openMariadbIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
 import {
   connectMariadbOrFail,
   createMariadbDatabase,
   dropMariadbDatabase,
-  mariadbUrl,
   queryMariadb,
 } from '../support/servers/mariadb.js';
 import { sleep } from '../support/timing.js';
 
 /**
  * The TypeORM store on MariaDB where InnoDB and MySQL's SQL differ from PostgreSQL: PAD SPACE
- * comparisons, the session's time zone and lock wait left on pooled connections, a connection
- * killed in the middle of a route's transaction.
+ * comparisons, the session's time zone, session state left on pooled connections, a connection
+ * killed in the middle of a route's transaction, the deadlocks InnoDB's index locks make between
+ * takeovers, completions, reapers and claims replacing an expired row, and a `text` column's size.
  */
 describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQL', () => {
   let database: string;
   let dataSource: DataSource;
 
-  const options = (overrides: Partial<DataSourceOptions> = {}): DataSourceOptions =>
-    ({
-      type: 'mariadb',
-      url: mariadbUrl(database),
-      entities: idempotencyTypeOrmEntities('mariadb'),
-      migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
-      connectTimeout: 3_000,
-      logging: false,
-      ...overrides,
-    }) as DataSourceOptions;
-
   beforeAll(async () => {
     await (await connectMariadbOrFail()).end();
     database = await createMariadbDatabase('edges');
-    dataSource = await new DataSource(options()).initialize();
-    await dataSource.runMigrations();
+    dataSource = await openMariadbIdempotencyDataSource(database);
     await dataSource.query('CREATE TABLE business_rows (id varchar(64) PRIMARY KEY)');
   });
 
@@ -81,7 +66,7 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
   });
 
   it("takes the database's clock in UTC whatever the session's time_zone", async () => {
-    const zoned = await new DataSource(options({ poolSize: 1 } as Partial<DataSourceOptions>)).initialize();
+    const zoned = await openMariadbIdempotencyDataSource(database, { poolSize: 1 });
     try {
       await zoned.query("SET time_zone = '+09:30'");
       const [{ zone }] = (await zoned.query('SELECT @@SESSION.time_zone AS zone')) as { zone: string }[];
@@ -101,7 +86,7 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
   });
 
   it('leaves no lock wait, isolation level or open transaction on pooled connections after busy, existing and failed claims', async () => {
-    const pooled = await new DataSource(options({ poolSize: 3 } as Partial<DataSourceOptions>)).initialize();
+    const pooled = await openMariadbIdempotencyDataSource(database, { poolSize: 3 });
     try {
       const before = await pooledSessions(pooled, 3);
       const store = new TypeOrmIdempotencyStore(pooled, { lockTimeoutMs: 1_000 });

@@ -1,4 +1,5 @@
 import { DataSource } from 'typeorm';
+import type { MysqlConnectionOptions } from 'typeorm/driver/mysql/MysqlConnectionOptions.js';
 import {
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
@@ -21,13 +22,17 @@ export async function openIdempotencyDataSource(schema: string): Promise<DataSou
   return dataSource;
 }
 
-/** An initialized MariaDB DataSource on `database`, with the idempotency table migrated in. */
-export async function openMariadbIdempotencyDataSource(database: string): Promise<DataSource> {
+/** An initialized MariaDB DataSource on `database` (with `overrides`, e.g. its `poolSize`), with the idempotency table migrated in. */
+export async function openMariadbIdempotencyDataSource(
+  database: string,
+  overrides: Partial<MysqlConnectionOptions> = {},
+): Promise<DataSource> {
   const dataSource = await new DataSource({
     type: 'mariadb',
     url: mariadbUrl(database),
     entities: idempotencyTypeOrmEntities('mariadb'),
     migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+    ...overrides,
   }).initialize();
   await dataSource.runMigrations();
   return dataSource;
