@@ -1,5 +1,4 @@
 import { DataSource } from 'typeorm';
-import type { MysqlConnectionOptions } from 'typeorm/driver/mysql/MysqlConnectionOptions.js';
 import {
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
@@ -22,10 +21,10 @@ export async function openIdempotencyDataSource(schema: string): Promise<DataSou
   return dataSource;
 }
 
-/** An initialized MariaDB DataSource on `database` (with `overrides`, e.g. its `poolSize`), with the idempotency table migrated in. */
+/** An initialized MariaDB DataSource on `database` (with its `poolSize` when given), with the idempotency table migrated in. */
 export async function openMariadbIdempotencyDataSource(
   database: string,
-  overrides: Partial<MysqlConnectionOptions> = {},
+  overrides: { poolSize?: number } = {},
 ): Promise<DataSource> {
   const dataSource = await new DataSource({
     type: 'mariadb',
