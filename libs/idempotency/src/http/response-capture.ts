@@ -116,14 +116,9 @@ export class ResponseCapture {
     const captured = this.snapshot(heldHeaders, body);
     // While held, the response reads as sent: Nest's exception filter and adapters then leave it
     // alone (`headersSent` on Express, `reply.sent` through `writableEnded` on Fastify).
-    const sent = { value: true, configurable: true };
-    Object.defineProperty(this.raw, 'headersSent', sent);
-    Object.defineProperty(this.raw, 'writableEnded', sent);
+    const releaseSent = readAsSentWhileHeld(this.raw);
     const send = (replacement: ReplacementResponse | void) => {
-      // Last defined, first deleted: V8 then rolls the object's shape back instead of turning
-      // Node's response object into a slow dictionary for the rest of the request.
-      delete (this.raw as { writableEnded?: boolean }).writableEnded;
-      delete (this.raw as { headersSent?: boolean }).headersSent;
+      releaseSent();
       this.restoreAll();
       if (!this.overflowed) restoreHead(this.raw, heldStatus, heldHeaders);
       if (replacement && !this.overflowed && !this.raw.headersSent) {
@@ -191,6 +186,43 @@ export class ResponseCapture {
     raw.write = this.originalWrite;
     raw.end = this.originalEnd;
   }
+}
+
+/** The getters Node's response inherits for `headersSent` and `writableEnded`. */
+const SENT_GETTERS = ['headersSent', 'writableEnded'] as const;
+
+/**
+ * Makes `raw` read as sent (`headersSent`, `writableEnded`) until the returned function is
+ * called, then as Node says again. Own accessors that stay, rather than own values deleted
+ * later: any `delete` on Node's response object turns it into a slow dictionary (V8 rolls a
+ * shape back only for the last property added), which costs every later access and 3 KB.
+ */
+function readAsSentWhileHeld(raw: ServerResponse): () => void {
+  let held = true;
+  for (const name of SENT_GETTERS) {
+    const inherited = inheritedGetter(raw, name);
+    Object.defineProperty(raw, name, {
+      configurable: true,
+      get(this: ServerResponse) {
+        return held || (inherited ? (inherited.call(this) as boolean) : false);
+      },
+    });
+  }
+  return () => {
+    held = false;
+  };
+}
+
+function inheritedGetter(raw: object, name: string): (() => unknown) | undefined {
+  for (
+    let proto = Object.getPrototypeOf(raw) as object | null;
+    proto;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
+    const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+    if (descriptor) return descriptor.get ?? (() => descriptor.value as unknown);
+  }
+  return undefined;
 }
 
 /** Puts back the status and headers a held response ended with, whatever was set after its end. */
