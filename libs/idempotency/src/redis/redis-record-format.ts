@@ -15,8 +15,9 @@
  * Format version 1 (0.1.0 wrote the same bytes, then set the expiry with a separate PEXPIREAT;
  * flag 16 is the one addition since). Rolling upgrade: this version reads every record older
  * versions wrote; an older version's scripts refuse a record with flag 16 as unreadable
- * (`flags > 15`), so a replay of it served by an instance not yet upgraded fails closed (the
- * record-unreadable problem, the handler does not run) until that instance is upgraded. Layout (big-endian, Lua `struct` format
+ * (`flags > 15`), which it reports as a store error: a retry served by an instance not yet
+ * upgraded gets 503 (the handler does not run), or, on a route with `onStoreError: 'fail-open'`,
+ * runs unprotected (CHANGELOG: upgrade such services without old and new instances side by side). Layout (big-endian, Lua `struct` format
  * `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
  *
  * | bytes  | field                                                                     |
