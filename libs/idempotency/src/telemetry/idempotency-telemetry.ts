@@ -64,33 +64,25 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
       tenant: request.labels?.tenant,
     });
     const tier: StoreTier = policy.durable ? 'durable' : 'fast';
-    if (!activeTracer()) {
-      // Untraced: no span, and no async wrapper around the claim.
-      let verdict: BeginResult;
-      try {
-        verdict = await begin();
-      } catch (error) {
-        if (error instanceof IdempotencyStoreError)
-          this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
-        throw error;
-      }
-      this.countVerdict(scoped, tier, verdict);
-      return verdict;
-    }
-    const result = await this.inSpan(IDEMPOTENCY_SPANS.claim, scoped, async (span) => {
-      try {
-        const verdict = await begin();
-        span.setAttribute(ATTR.outcome, verdict.kind);
-        if (verdict.kind === 'claimed') span.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
-        return verdict;
-      } catch (error) {
-        if (error instanceof IdempotencyStoreError)
-          this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
-        throw error;
-      }
-    });
+    // Untraced: no span, and no wrapper around the claim beyond the verdict's own.
+    const result = activeTracer()
+      ? await this.inSpan(IDEMPOTENCY_SPANS.claim, scoped, (span) => this.verdictOf(scoped, begin, span))
+      : await this.verdictOf(scoped, begin);
     this.countVerdict(scoped, tier, result);
     return result;
+  }
+
+  private async verdictOf(scoped: ScopedKey, begin: () => Promise<BeginResult>, span?: Span): Promise<BeginResult> {
+    try {
+      const verdict = await begin();
+      span?.setAttribute(ATTR.outcome, verdict.kind);
+      if (verdict.kind === 'claimed') span?.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
+      return verdict;
+    } catch (error) {
+      if (error instanceof IdempotencyStoreError)
+        this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
+      throw error;
+    }
   }
 
   /**
