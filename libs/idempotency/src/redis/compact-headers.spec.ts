@@ -22,9 +22,12 @@ describe('compact headers (Redis record, flag 16)', () => {
       link: ['</a>; rel="next"', '</b>; rel="prev"', ''],
       'x-empty': '',
     };
+    Object.defineProperty(headers, '__proto__', { value: 'a header name like any other', enumerable: true });
     const decoded = decodeCompactHeaders(encodeCompactHeaders(headers)!);
     expect(decoded).toEqual(headers);
     expect(Object.keys(decoded)).toEqual(Object.keys(headers));
+    expect(Object.getPrototypeOf(decoded)).toBe(Object.prototype);
+    expect(Object.getOwnPropertyDescriptor(decoded, '__proto__')?.value).toBe('a header name like any other');
   });
 
   it('round-trips no headers as no bytes', () => {

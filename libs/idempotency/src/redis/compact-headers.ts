@@ -62,7 +62,7 @@ type Headers = Record<string, string | string[]>;
 export function encodeCompactHeaders(headers: Readonly<Headers>): Buffer | undefined {
   // Two passes, sizes then bytes: one allocation per record.
   let length = 0;
-  for (const name in headers) {
+  for (const name of Object.keys(headers)) {
     const value = headers[name]!;
     const elements = Array.isArray(value) ? value : [value];
     if (elements.length === 0) return undefined;
@@ -78,7 +78,7 @@ export function encodeCompactHeaders(headers: Readonly<Headers>): Buffer | undef
   }
   const out = Buffer.allocUnsafe(length);
   let at = 0;
-  for (const name in headers) {
+  for (const name of Object.keys(headers)) {
     const value = headers[name]!;
     const flag = Array.isArray(value) ? ARRAY_ELEMENT : 0;
     const nameCode = NAME_CODES.get(name);
@@ -107,7 +107,8 @@ export function encodeCompactHeaders(headers: Readonly<Headers>): Buffer | undef
 
 /** Inverse of {@link encodeCompactHeaders}. Throws a RangeError on bytes it did not write. */
 export function decodeCompactHeaders(bytes: Buffer): Headers {
-  const headers: Headers = {};
+  // A Map, then own properties: a header may be named `__proto__`.
+  const headers = new Map<string, string | string[]>();
   let at = 0;
   const take = (count: number) => {
     if (at + count > bytes.length) throw new RangeError('compact headers end inside an entry');
@@ -124,19 +125,19 @@ export function decodeCompactHeaders(bytes: Buffer): Headers {
     const valueCode = take(1)[0]!;
     const value =
       valueCode === LITERAL ? take(take(2).readUInt16BE(0)).toString('utf8') : known(VALUES, valueCode, 'value');
-    const existing = headers[name];
+    const existing = headers.get(name);
     if ((nameByte & ARRAY_ELEMENT) === 0) {
       if (existing !== undefined) throw new RangeError('compact headers name a header twice');
-      headers[name] = value;
+      headers.set(name, value);
     } else if (existing === undefined) {
-      headers[name] = [value];
+      headers.set(name, [value]);
     } else if (Array.isArray(existing)) {
       existing.push(value);
     } else {
       throw new RangeError('compact headers name a header twice');
     }
   }
-  return headers;
+  return Object.fromEntries(headers);
 }
 
 function known(table: readonly string[], code: number, what: string): string {
