@@ -62,10 +62,11 @@ export async function buildBench(name, include) {
  * e.g. `BENCH_NODE=22`): a binary from the npm registry (test/package/node-binaries.mjs), handed to
  * the driver in BENCH_SERVER_NODE, with which bench/driver/servers.ts forks every server.
  */
-export async function useBenchServerNode() {
+export async function useBenchServerNode(spec = process.env.BENCH_NODE ?? '24') {
   const { nodeBinary } = await import('../test/package/node-binaries.mjs');
-  const binary = await nodeBinary(process.env.BENCH_NODE ?? '24');
+  const binary = await nodeBinary(spec);
   process.env.BENCH_SERVER_NODE = binary;
   const { stdout } = await promisify(execFile)(binary, ['--version']);
   console.log(`[bench] servers run on Node.js ${stdout.trim()} (${binary})`);
+  return stdout.trim();
 }

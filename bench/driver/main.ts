@@ -41,6 +41,14 @@ function settingsFrom(argv: readonly string[]): Measurements['settings'] {
   };
 }
 
+/** `--results-file <name>` (bench/run.mjs sets it): the file under bench/results, latest.json by default. */
+function resultsFileFrom(argv: readonly string[]): string {
+  const at = argv.indexOf('--results-file');
+  const name = at >= 0 ? argv[at + 1] : 'latest.json';
+  if (!name || !/^[\w.-]+\.json$/.test(name)) throw new Error('--results-file needs a file name ending in .json');
+  return name;
+}
+
 /**
  * `npm run bench [-- --quick]`: starts a throwaway redis-server and schema, one server process
  * per scenario, then runs every scenario once per round (warm-up, then measurement) in a
@@ -121,8 +129,9 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     console.log(`\n${formatSummary(summary)}`);
     const resultsDir = join(options.repoRoot, 'bench/results');
     await mkdir(resultsDir, { recursive: true });
-    await writeFile(join(resultsDir, 'latest.json'), `${JSON.stringify(summary, null, 2)}\n`);
-    console.log(`\nwrote ${join('bench/results', 'latest.json')}`);
+    const resultsFile = resultsFileFrom(options.argv);
+    await writeFile(join(resultsDir, resultsFile), `${JSON.stringify(summary, null, 2)}\n`);
+    console.log(`\nwrote ${join('bench/results', resultsFile)}`);
   } finally {
     await Promise.all([...servers.values()].map((server) => server.stop()));
     await stats.quit();

@@ -17,6 +17,7 @@ export interface ProfileRunOptions {
   argv: readonly string[];
 }
 import { type CpuProfile, type HeapProfile, summarizeAllocations, summarizeProfile } from './profile-summary.js';
+import { bytesByPhase, cpuByPhase, phaseTable } from './request-phases.js';
 
 /**
  * `npm run bench:profile -- <scenario>... [--seconds N] [--top N] [--repeat N] [--heap | --no-profiler]`:
@@ -25,6 +26,8 @@ import { type CpuProfile, type HeapProfile, summarizeAllocations, summarizeProfi
  * (this library by file) and the hottest functions by self time. `--heap`: the sampling heap
  * profiler instead, counting what the garbage collector already took: bytes allocated per request,
  * by package and function (garbage collection is the largest single cost of a request).
+ * `--phases`: instead of packages and functions, the work per request by phase of an idempotent
+ * request (bench/driver/request-phases.ts), as Markdown rows for docs/performance.md.
  * `--no-profiler`: only req/s and CPU µs per request, `--repeat` times. Profiles are kept in `bench/results/profiles/` (open them in
  * Chrome DevTools). The profiler adds its own cost: compare shares, not µs, with `npm run bench`.
  */
@@ -38,6 +41,7 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
   const top = flag('--top', 30);
   const repeat = flag('--repeat', 1);
   const profiling = !options.argv.includes('--no-profiler');
+  const phases = options.argv.includes('--phases');
   const kind: ProfileKind = options.argv.includes('--heap') ? 'heap' : 'cpu';
   const scenarios = names.length ? names.map((name) => scenarioNamed(name)) : [scenarioNamed('fresh-redis')];
   const outDir = resolve(options.repoRoot, 'bench/results/profiles');
@@ -67,6 +71,24 @@ export async function runProfile(options: ProfileRunOptions): Promise<void> {
           );
           if (!profiling) continue;
           const profile: unknown = JSON.parse(await readFile(path, 'utf8'));
+          if (phases) {
+            console.log(
+              kind === 'cpu'
+                ? phaseTable(
+                    `${scenario.name}, CPU by phase (profiler on)`,
+                    cpuByPhase(profile as CpuProfile, result.sent),
+                    'µs',
+                    1,
+                  )
+                : phaseTable(
+                    `${scenario.name}, allocations by phase`,
+                    bytesByPhase(profile as HeapProfile, result.sent),
+                    'bytes',
+                    0,
+                  ),
+            );
+            continue;
+          }
           console.log(
             kind === 'cpu'
               ? summarizeProfile(profile as CpuProfile, result.sent, top)

@@ -171,3 +171,37 @@ export function formatSummary(summary: Summary): string {
   );
   return out.join('\n');
 }
+
+interface RunOnNode {
+  version: string;
+  summary: Summary;
+}
+
+/** `npm run bench -- --beside-node <v>`: CPU per request and the ratios of two runs, one column per Node.js version. */
+export function formatBeside(primary: RunOnNode, other: RunOnNode): string {
+  const runs = [primary, other];
+  const scenario = (run: RunOnNode, name: string) => run.summary.details.scenarios.find((s) => s.name === name);
+  const out = [
+    `| server CPU µs/req (over plain) | ${runs.map((run) => `Node.js ${run.version}`).join(' | ')} |`,
+    `|---|${runs.map(() => '---:').join('|')}|`,
+  ];
+  for (const { name } of primary.summary.details.scenarios) {
+    const cells = runs.map((run) => {
+      const s = scenario(run, name);
+      return s
+        ? `${s.serverCpuMicrosPerRequest} (${s.cpuOverPlainMicrosPerRequest >= 0 ? '+' : ''}${s.cpuOverPlainMicrosPerRequest})`
+        : '?';
+    });
+    out.push(`| \`${name}\` | ${cells.join(' | ')} |`);
+  }
+  out.push(
+    '',
+    `| ratio | ${runs.map((run) => `Node.js ${run.version}`).join(' | ')} |`,
+    `|---|${runs.map(() => '---:').join('|')}|`,
+  );
+  for (const { name } of primary.summary.ratios) {
+    const cells = runs.map((run) => run.summary.ratios.find((r) => r.name === name)?.median.toFixed(2) ?? '?');
+    out.push(`| \`${name}\` | ${cells.join(' | ')} |`);
+  }
+  return out.join('\n');
+}

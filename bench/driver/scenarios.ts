@@ -52,9 +52,10 @@ export interface RatioSpec {
 
 /** The targets of issue 14; the other ratios are context. */
 export const RATIOS: readonly RatioSpec[] = [
-  { numerator: 'fresh-redis', denominator: 'peer-fresh', target: 1.05 },
-  { numerator: 'replay-redis', denominator: 'peer-replay', target: 1.15 },
-  { numerator: 'fresh-redis', denominator: 'floor-fresh', target: 0.9 },
+  // Issue 31's targets for these three (issue 14 asked 1.05, 1.15 and 0.90); the other two are issue 14's.
+  { numerator: 'fresh-redis', denominator: 'peer-fresh', target: 0.85 },
+  { numerator: 'replay-redis', denominator: 'peer-replay', target: 1.0 },
+  { numerator: 'fresh-redis', denominator: 'floor-fresh', target: 0.85 },
   { numerator: 'replay-redis', denominator: 'floor-replay', target: 0.9 },
   { numerator: 'fresh-durable', denominator: 'plain-tx', target: 0.75 },
   { numerator: 'fresh-redis', denominator: 'plain' },

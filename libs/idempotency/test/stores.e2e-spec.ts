@@ -228,6 +228,24 @@ describe('RedisIdempotencyStore', () => {
       expect(await redis.call('PEXPIRETIME', key)).toBe(expiry);
     });
 
+    it.each([
+      ['a small response: compact headers (flag 16), not compressed', 300, 16],
+      ['a response of more than 512 bytes: compressed (flag 8)', 2_000, 8],
+    ])('stores %s, and reads it back exactly', async (_, bodyBytes, format) => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const response: StoredResponse = {
+        statusCode: 201,
+        headers: { 'content-type': 'application/json; charset=utf-8', location: '/orders/7', vary: ['Origin'] },
+        body: Buffer.from(JSON.stringify({ status: 'paid', note: 'n'.repeat(bodyBytes) }).slice(0, bodyBytes)),
+      };
+      const { record } = await store.claim(id, claimRequest());
+      expect(await store.complete(id, record.ownerToken, response)).toBe(true);
+      const flags = (await redis.getBuffer(key))![1]!;
+      expect(flags & (8 | 16)).toBe(format);
+      expect((await store.get(id))?.response).toEqual(response);
+    });
+
     it('reads a completed record written by the previous release (SET, then PEXPIREAT; packed, flag 8)', async () => {
       // The bytes and expiry of a record as 0.1.0 of this store wrote them, built here
       // field by field (layout of redis-record-format.ts), not by the current scripts.
@@ -598,7 +616,12 @@ describe('RedisIdempotencyStore', () => {
       ['the fingerprint as a string, not bytes', [1, 5_000, ...withField(inProgress(), 6, 'fp')]],
       ['a nil owner token', [1, 5_000, ...withField(inProgress(), 7, null)]],
       ['flags 8', [1, 5_000, ...withField(inProgress(), 0, 8)]],
-      ['flags 16', [0, 5_000, ...withField(completed(), 0, 1 | 16)]],
+      ['flags 32', [0, 5_000, ...withField(completed(), 0, 1 | 32)]],
+      ['compact headers (flag 16) that do not decode', [0, 5_000, ...withField(completed(), 0, 1 | 16)]],
+      [
+        'compact headers inside a packed response',
+        [0, 5_000, ...withField(withField(completed(), 0, 1 | 4 | 8 | 16), 8, b(''))],
+      ],
       [
         'a packed response that does not unpack',
         [0, 5_000, ...withField(withField(completed(), 0, 1 | 4 | 8), 8, b(''))],
@@ -975,24 +998,26 @@ describe('RedisIdempotencyStore', () => {
       }
     }
 
-    it('holds a completed record with a 300-byte order and three short headers in at most 500 bytes', async () => {
+    // Issue 31: records of the 310-byte order are no longer compressed (compressing cost more CPU
+    // per request than the memory is worth); they may take up to the 632 bytes of the peer's.
+    it('holds a completed record with a 300-byte order and three short headers in at most 632 bytes', async () => {
       const bytes = await measure({
         'content-type': 'application/json',
         location: '/orders/42',
         etag: 'W/"12c-1f3a"',
       });
       console.log(`MEMORY USAGE, completed record, 300-byte body, three short headers: ${bytes} bytes`);
-      expect(bytes).toBeLessThanOrEqual(500);
+      expect(bytes).toBeLessThanOrEqual(632);
     });
 
-    it('holds one with three typical Express headers (UUID location, weak ETag) in at most 500 bytes', async () => {
+    it('holds one with three typical Express headers (UUID location, weak ETag) in at most 632 bytes', async () => {
       const bytes = await measure({
         'content-type': 'application/json; charset=utf-8',
         location: '/orders/5f0c6f7e-8a51-4a4f-9a3e-2b7d2c8e1f00',
         etag: 'W/"12c-hRHsEgdu8AZgWfBbyzCrl0WVcdk"',
       });
       console.log(`MEMORY USAGE, completed record, 300-byte body, three typical Express headers: ${bytes} bytes`);
-      expect(bytes).toBeLessThanOrEqual(500);
+      expect(bytes).toBeLessThanOrEqual(632);
     });
   });
 });

@@ -62,7 +62,11 @@ export async function runForRequest(
   const marked = request as Marked;
   marked[EXECUTION_CONTEXT] = context;
   marked[HANDLING] = 'entering';
-  const done = () => delete marked[HANDLING];
+  // Not `delete`: the mark is rarely the request's last property, and deleting any other one
+  // turns Node's request object into a slow dictionary (3 KB allocated, slower reads after).
+  const done = () => {
+    marked[HANDLING] = undefined;
+  };
   let handled: Observable<unknown>;
   try {
     handled = await (tracking ? frames.run({ request }, intercept) : intercept());

@@ -7,7 +7,8 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import type { IdempotencyRecord, StoredResponse } from '../interfaces/idempotency-record.interface.js';
 import type { ClaimRequest, ClaimResult } from '../stores/idempotency-store.js';
 import { checkClaimRequest } from '../stores/store-arguments.js';
-import { packResponse, unpackResponse } from './response-packing.js';
+import { decodeCompactHeaders, encodeCompactHeaders } from './compact-headers.js';
+import { packResponse, PACK_ABOVE_BYTES, unpackResponse } from './response-packing.js';
 
 /** Record flags (the value layout of redis-record-format.ts). */
 export const COMPLETED = 1;
@@ -15,7 +16,9 @@ const BODY_OMITTED = 2;
 const HAS_BODY = 4;
 /** Headers and body are stored compressed in the body field (see response-packing.ts). */
 const PACKED = 8;
-const MAX_FLAGS = COMPLETED | BODY_OMITTED | HAS_BODY | PACKED;
+/** The headers field holds the compact form of compact-headers.ts instead of JSON. */
+const COMPACT_HEADERS = 16;
+const MAX_FLAGS = COMPLETED | BODY_OMITTED | HAS_BODY | PACKED | COMPACT_HEADERS;
 
 /** Record fields in a script reply (see redis-record-format.ts). */
 const RECORD_FIELDS = 10;
@@ -36,13 +39,26 @@ export function checkRequest(request: ClaimRequest): void {
   checkTextBytes('fingerprint', request.fingerprint);
 }
 
-/** A response as the scripts store it: flags, headers JSON and body, compressed together when that is smaller. */
-export function encodeResponse(response: StoredResponse): { flags: number; headers: string; body: Buffer | string } {
+/**
+ * A response as the scripts store it: flags, headers and body. Headers and body of more than
+ * `PACK_ABOVE_BYTES` are compressed together when that is smaller; below, compressing costs more
+ * CPU than the bytes it saves are worth, and the headers take their compact form instead.
+ */
+export function encodeResponse(response: StoredResponse): {
+  flags: number;
+  headers: Buffer | string;
+  body: Buffer | string;
+} {
   const flags = (response.bodyOmitted === true ? BODY_OMITTED : 0) | (response.body !== undefined ? HAS_BODY : 0);
+  const body = response.body ?? '';
+  const compact = encodeCompactHeaders(response.headers);
+  if (compact && compact.length + body.length <= PACK_ABOVE_BYTES) {
+    return { flags: flags | COMPACT_HEADERS, headers: compact, body };
+  }
   const headers = JSON.stringify(response.headers);
   const packed = packResponse(headers, response.body);
   if (packed) return { flags: flags | PACKED, headers: '', body: packed };
-  return { flags, headers, body: response.body ?? '' };
+  return compact ? { flags: flags | COMPACT_HEADERS, headers: compact, body } : { flags, headers, body };
 }
 
 /* ------------------------------------------------------------------------------------------------
@@ -110,6 +126,7 @@ function decodeRecord(values: readonly unknown[], at: number, context: string): 
   }
   if ((flags & PACKED) !== 0) {
     if (headers.length > 0) throw unexpected(context, 'headers beside a packed response');
+    if ((flags & COMPACT_HEADERS) !== 0) throw unexpected(context, 'compact headers inside a packed response');
     try {
       ({ headers, body } = unpackResponse(body));
     } catch {
@@ -123,12 +140,20 @@ function decodeRecord(values: readonly unknown[], at: number, context: string): 
     ...fields,
     response: {
       statusCode,
-      headers: parseHeaders(headers, context),
+      headers: (flags & COMPACT_HEADERS) !== 0 ? compactHeaders(headers, context) : parseHeaders(headers, context),
       // A copy: the reply's Buffer may be a view into a larger socket chunk.
       ...((flags & HAS_BODY) !== 0 && { body: Buffer.from(body) }),
       ...((flags & BODY_OMITTED) !== 0 && { bodyOmitted: true }),
     },
   };
+}
+
+function compactHeaders(raw: Buffer, context: string): Record<string, string | string[]> {
+  try {
+    return decodeCompactHeaders(raw);
+  } catch {
+    throw unexpected(context, 'stored compact headers that do not decode');
+  }
 }
 
 function parseHeaders(raw: Buffer, context: string): Record<string, string | string[]> {

@@ -94,8 +94,8 @@ return claim_reply(1, now, rec)
  * KEYS[1]  record key
  * ARGV[1]  owner token
  * ARGV[2]  status code (integer, 100–999)
- * ARGV[3]  headers as compact JSON
- * ARGV[4]  response flags: 2 body omitted, 4 has a body, 8 packed (then ARGV[3] is empty)
+ * ARGV[3]  headers as compact JSON, or in the compact form of compact-headers.ts (flag 16)
+ * ARGV[4]  response flags: 2 body omitted, 4 has a body, 8 packed (then ARGV[3] is empty), 16 compact headers
  * ARGV[5]  body bytes (empty when there is no body)
  * ARGV[6]  notification channel
  *

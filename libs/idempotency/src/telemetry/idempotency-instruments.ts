@@ -1,4 +1,10 @@
-import type { Counter, Histogram, MeterProvider, ObservableGauge } from '@opentelemetry/api';
+import {
+  createNoopMeter,
+  type Counter,
+  type Histogram,
+  type MeterProvider,
+  type ObservableGauge,
+} from '@opentelemetry/api';
 import {
   DURATION_BUCKETS_SECONDS,
   IDEMPOTENCY_INSTRUMENTATION_SCOPE,
@@ -26,6 +32,11 @@ export interface Instruments {
 }
 
 /** Creates the instruments on `provider`'s meter for the library's instrumentation scope. */
+/** The API's own no-op provider (none registered): its meters are all the one no-op meter. */
+export function isNoopMeterProvider(provider: MeterProvider): boolean {
+  return provider.getMeter(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION) === createNoopMeter();
+}
+
 export function createInstruments(provider: MeterProvider): Instruments {
   const meter = provider.getMeter(IDEMPOTENCY_INSTRUMENTATION_SCOPE, INSTRUMENTATION_VERSION);
   const counter = (name: string, description: string, unit: string) => meter.createCounter(name, { description, unit });

@@ -5,6 +5,7 @@ import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
 import { IdempotencyStore, type ClaimRequest, type ClaimResult } from '../stores/idempotency-store.js';
 import { MemoryIdempotencyStore } from '../stores/memory-idempotency.store.js';
 import { IdempotencyTelemetry } from './idempotency-telemetry.js';
+import { isNoopMeterProvider } from './idempotency-instruments.js';
 import { IDEMPOTENCY_INSTRUMENTATION_SCOPE, IDEMPOTENCY_METRICS } from './idempotency-telemetry.constants.js';
 
 class OnDemandMetricReader extends MetricReader {
@@ -125,5 +126,12 @@ describe('IdempotencyTelemetry', () => {
     });
     // A transaction lasts as long as its handler: its latency is not a store latency.
     expect(await read(reader, IDEMPOTENCY_METRICS.storeDuration)).toEqual({});
+  });
+});
+
+describe('isNoopMeterProvider (store calls skip timing while no SDK is registered)', () => {
+  it("is true for the API's provider with no SDK, false for an SDK's", () => {
+    expect(isNoopMeterProvider(metrics.getMeterProvider())).toBe(true);
+    expect(isNoopMeterProvider(new MeterProvider({ readers: [new OnDemandMetricReader()] }))).toBe(false);
   });
 });

@@ -17,7 +17,7 @@ import { IDEMPOTENCY_SPAN_ATTRIBUTES as ATTR, IDEMPOTENCY_SPANS } from './idempo
 import { activeTracer, finishSpan, settledCall, UNTRACED_SPAN } from './phase-spans.js';
 import { addHeldClaimsSource, observeHeldClaims, type HeldClaims } from './held-claims-gauges.js';
 import { publishDiagnostics, type IdempotencyDiagnosticsEvent } from './idempotency-diagnostics.js';
-import { createInstruments, type Instruments } from './idempotency-instruments.js';
+import { createInstruments, isNoopMeterProvider, type Instruments } from './idempotency-instruments.js';
 import { instrumentStore, type StoreCallObservation, type StoreTier } from './instrumented-store.js';
 import { formatLogLine, type LogFieldValue } from './log-line.js';
 
@@ -36,7 +36,7 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
   private readonly logger = new Logger('Idempotency');
   private readonly labels = new WeakMap<ScopedKey, TelemetryLabels>();
   private readonly lostClaims = new WeakSet<IdempotencyClaim>();
-  private current?: { provider: MeterProvider; instruments: Instruments };
+  private current?: { provider: MeterProvider; instruments: Instruments; metered: boolean };
 
   /**
    * Adds an engine's live claims to the process's claim gauges, observed only when the SDK
@@ -64,20 +64,25 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
       tenant: request.labels?.tenant,
     });
     const tier: StoreTier = policy.durable ? 'durable' : 'fast';
-    const result = await this.inSpan(IDEMPOTENCY_SPANS.claim, scoped, async (span) => {
-      try {
-        const verdict = await begin();
-        span.setAttribute(ATTR.outcome, verdict.kind);
-        if (verdict.kind === 'claimed') span.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
-        return verdict;
-      } catch (error) {
-        if (error instanceof IdempotencyStoreError)
-          this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
-        throw error;
-      }
-    });
+    // Untraced: no span, and no wrapper around the claim beyond the verdict's own.
+    const result = activeTracer()
+      ? await this.inSpan(IDEMPOTENCY_SPANS.claim, scoped, (span) => this.verdictOf(scoped, begin, span))
+      : await this.verdictOf(scoped, begin);
     this.countVerdict(scoped, tier, result);
     return result;
+  }
+
+  private async verdictOf(scoped: ScopedKey, begin: () => Promise<BeginResult>, span?: Span): Promise<BeginResult> {
+    try {
+      const verdict = await begin();
+      span?.setAttribute(ATTR.outcome, verdict.kind);
+      if (verdict.kind === 'claimed') span?.setAttribute(ATTR.fencingToken, verdict.claim.fencingToken);
+      return verdict;
+    } catch (error) {
+      if (error instanceof IdempotencyStoreError)
+        this.storeError(scoped, { phase: 'claim', outcome: 'claim_failed', error });
+      throw error;
+    }
   }
 
   /**
@@ -102,6 +107,8 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
 
   /** The handler phase: the adapter's `run` inside a span (the handler's own spans nest in it), timed. */
   observeExecution(claim: IdempotencyClaim, execution: Execution): Execution {
+    // Nothing to time or trace: the execution as it is (no wrapper, no closures per request).
+    if (!activeTracer() && !this.metered()) return execution;
     return {
       run: (manager) =>
         this.inSpan(IDEMPOTENCY_SPANS.handler, claim.scoped, async (span) => {
@@ -126,18 +133,27 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
     claim: IdempotencyClaim,
     finish: () => Promise<FinishResult>,
   ): Promise<FinishResult> {
+    if (!activeTracer()) {
+      // Untraced: only a release that freed the key is worth a look, after the fact.
+      return settledCall(finish).then((result) => {
+        if (result === 'released') this.released(claim);
+        return result;
+      });
+    }
     return this.inSpan(IDEMPOTENCY_SPANS[phase], claim.scoped, async (span) => {
       const result = await finish();
       span.setAttribute(ATTR.outcome, result);
-      if (result === 'released') {
-        this.instruments().releases.add(1, { operation: this.labelsOf(claim.scoped).operation, tier: tierOf(claim) });
-        publishDiagnostics('release', () => ({
-          ...this.eventOf(claim.scoped, tierOf(claim)),
-          fencingToken: claim.fencingToken,
-        }));
-      }
+      if (result === 'released') this.released(claim);
       return result;
     });
+  }
+
+  private released(claim: IdempotencyClaim): void {
+    this.instruments().releases.add(1, { operation: this.labelsOf(claim.scoped).operation, tier: tierOf(claim) });
+    publishDiagnostics('release', () => ({
+      ...this.eventOf(claim.scoped, tierOf(claim)),
+      fencingToken: claim.fencingToken,
+    }));
   }
 
   /**
@@ -145,11 +161,12 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
    * transactional): its body size is recorded and the `complete` event published.
    */
   recordStored(claim: IdempotencyClaim, stored: StoredResponse): void {
-    this.instruments().recordSize.record(stored.body?.length ?? 0, {
-      operation: this.labelsOf(claim.scoped).operation,
-      tier: tierOf(claim),
-      outcome: stored.bodyOmitted ? 'body_omitted' : 'stored',
-    });
+    if (this.metered())
+      this.instruments().recordSize.record(stored.body?.length ?? 0, {
+        operation: this.labelsOf(claim.scoped).operation,
+        tier: tierOf(claim),
+        outcome: stored.bodyOmitted ? 'body_omitted' : 'stored',
+      });
     publishDiagnostics('complete', () => ({
       ...this.eventOf(claim.scoped, tierOf(claim)),
       fencingToken: claim.fencingToken,
@@ -316,6 +333,9 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
   }
 
   private observeStoreCall<T>(observation: StoreCallObservation, call: () => Promise<T>): Promise<T> {
+    const tracer = observation.traced ? activeTracer() : undefined;
+    // No SDK: nothing would record the time or the span, so the call runs as it is.
+    if (!tracer && !this.metered()) return settledCall(call);
     const { tier, phase } = observation;
     const startedAt = performance.now();
     const measure = (outcome: 'ok' | 'error') => {
@@ -338,7 +358,6 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
           throw error;
         },
       );
-    const tracer = observation.traced ? activeTracer() : undefined;
     if (!tracer) return run();
     return tracer.startActiveSpan(`idempotency.${tier}.${phase}`, { attributes: { [ATTR.tier]: tier } }, (span) =>
       finishSpan(span, run(span)),
@@ -382,9 +401,15 @@ export class IdempotencyTelemetry implements OnApplicationBootstrap {
     if (this.current?.provider !== provider) {
       const instruments = createInstruments(provider);
       observeHeldClaims(provider, instruments);
-      this.current = { provider, instruments };
+      this.current = { provider, instruments, metered: !isNoopMeterProvider(provider) };
     }
     return this.current.instruments;
+  }
+
+  /** False while no SDK's meter provider is registered: every instrument is the API's no-op. */
+  private metered(): boolean {
+    this.instruments();
+    return this.current!.metered;
   }
 }
 
