@@ -24,6 +24,8 @@ const LOCK_TIMEOUT_MS = 1_500;
 
 /** Every statement sent to PostgreSQL by this process while `counting` (pg `Client#query` calls, as the bench counts them). */
 const sent: string[] = [];
+/** How many of them started a round trip: sent while their connection had no query in flight (the rest were pipelined behind one). */
+let roundTrips = 0;
 let counting = false;
 const clientPrototype = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
 const originalQuery = clientPrototype.query;
@@ -83,6 +85,7 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
       if (counting) {
         const first = args[0];
         sent.push(typeof first === 'string' ? first : String((first as { text?: unknown })?.text));
+        if (!(this as { _activeQuery?: unknown })._activeQuery) roundTrips += 1;
       }
       return originalQuery.apply(this, args);
     };
@@ -215,22 +218,25 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     expect(await effects(ref)).toBe(0);
   });
 
-  it('a fresh request sends 6 statements: BEGIN, the claim INSERT, the lock_timeout restore with the savepoint, the handler, the completion, one COMMIT', async () => {
+  it('a fresh request sends 6 statements in 3 round trips: BEGIN with the claim INSERT (which restores lock_timeout) and the savepoint, the handler, the completion with one COMMIT', async () => {
     const ref = randomUUID();
     counting = true;
     sent.length = 0;
+    roundTrips = 0;
     const answer = await call({ key: randomUUID(), body: { ref } });
     counting = false;
     expect(answer.status).toBe(201);
     expect(sent).toHaveLength(6);
-    expect(sent[0]).toMatch(/^(START TRANSACTION|BEGIN)/);
-    expect(sent[1]).toMatch(/^INSERT INTO .*idempotency_records.*set_config\('lock_timeout'/s);
-    expect(sent[2]).toMatch(
-      /set_config\('lock_timeout', current_setting\('idempotency.saved_lock_timeout'\), true\); SAVEPOINT idempotency_handler/,
+    expect(roundTrips).toBe(3);
+    expect(sent[0]).toMatch(/^BEGIN/);
+    expect(sent[1]).toMatch(
+      /^WITH claimed AS \(INSERT INTO .*idempotency_records.*set_config\('lock_timeout'.*\) SELECT claimed\.\*, set_config\('lock_timeout', current_setting\('idempotency.saved_lock_timeout'\), true\)/s,
     );
+    expect(sent[2]).toBe('SAVEPOINT idempotency_handler');
     expect(sent[3]).toMatch(/^INSERT INTO effects/);
-    expect(sent[4]).toMatch(/^UPDATE .*idempotency_records/s);
+    expect(sent[4]).toMatch(/^WITH completed AS \(UPDATE .*idempotency_records/s);
     expect(sent[5]).toBe('COMMIT');
+    expect(await effects(ref)).toBe(1);
   });
 
   it("the handler's statements run under the application's lock_timeout, not the store's", async () => {

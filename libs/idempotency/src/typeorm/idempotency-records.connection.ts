@@ -80,6 +80,11 @@ export class IdempotencyRecordsConnection {
     this.routes.guardIsolation(runner, options);
   }
 
+  /** The level a route's transaction BEGINs at: the route's, else the DataSource's (as `startTransaction` picks it). */
+  isolationLevel(options: DurableTransactionOptions): string | undefined {
+    return options.isolationLevel ?? this.dataSource.options.isolationLevel;
+  }
+
   /** The runner of a transaction whose `work` is still running, or undefined. */
   runnerOf(transaction: DurableTransaction): QueryRunner | undefined {
     return this.openTransactions.runnerOf(transaction);
