@@ -389,6 +389,68 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     }
   });
 
+  describe('commitOnComplete: the completion and the COMMIT in one round trip', () => {
+    const store = () => new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: LOCK_TIMEOUT_MS });
+    const response = { statusCode: 201, headers: {}, body: Buffer.from('{}') };
+    const rows = async (key: string) =>
+      (await admin.query(`SELECT state FROM ${schema}.idempotency_records WHERE "key" = $1`, [key])).rows.map(
+        (row: { state: string }) => row.state,
+      );
+
+    it('commits the business write and the completed row together', async () => {
+      const key = randomUUID();
+      const ref = randomUUID();
+      const opened = await store().claimInTransaction(
+        key,
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+        { commitOnComplete: true },
+      );
+      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const manager = opened.transaction.manager as DataSource['manager'];
+      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+      expect(await opened.transaction.complete(response)).toBe(true);
+      await opened.transaction.commit();
+      expect(await rows(key)).toEqual(['completed']);
+      expect(await effects(ref)).toBe(1);
+    });
+
+    it('a completion that changes no row (the TTL elapsed under the handler) answers false and the COMMIT sent with it rolls the business write back', async () => {
+      const key = randomUUID();
+      const ref = randomUUID();
+      const opened = await store().claimInTransaction(
+        key,
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 1 },
+        { commitOnComplete: true },
+      );
+      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const manager = opened.transaction.manager as DataSource['manager'];
+      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+      await sleep(20);
+      expect(await opened.transaction.complete(response)).toBe(false);
+      await opened.transaction.rollback();
+      expect(await rows(key)).toEqual([]);
+      expect(await effects(ref)).toBe(0);
+    });
+
+    it('without it, complete() leaves the transaction open: a rollback after it commits nothing', async () => {
+      const key = randomUUID();
+      const ref = randomUUID();
+      const opened = await store().claimInTransaction(key, {
+        ownerToken: randomUUID(),
+        fingerprint: 'f',
+        leaseMs: 30_000,
+        ttlMs: 60_000,
+      });
+      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const manager = opened.transaction.manager as DataSource['manager'];
+      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+      expect(await opened.transaction.complete(response)).toBe(true);
+      await opened.transaction.rollback();
+      expect(await rows(key)).toEqual([]);
+      expect(await effects(ref)).toBe(0);
+    });
+  });
+
   it('a store without claimInTransaction keeps the separate, autocommitted claim (7 statements) and the same answers', async () => {
     const fallbackPrefix = `tx-claim-fallback-${randomUUID()}`;
     const fallback = await startContractApp('express', new RedisIdempotencyStore(redis, { prefix: fallbackPrefix }), {
