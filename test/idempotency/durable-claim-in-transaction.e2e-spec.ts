@@ -432,6 +432,41 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
       expect(await effects(ref)).toBe(0);
     });
 
+    it.each([
+      ['prepared once per connection (the default)', true],
+      ['sent unnamed (preparedStatements: false)', false],
+    ])('the claim and the completion: %s', async (_how, preparedStatements) => {
+      const key = randomUUID();
+      const ref = randomUUID();
+      // A pool of its own: the shared one's connections may hold the statements already.
+      const ownPool = await openIdempotencyDataSource(schema);
+      try {
+        const opened = await new TypeOrmIdempotencyStore(ownPool, {
+          lockTimeoutMs: LOCK_TIMEOUT_MS,
+          preparedStatements,
+        }).claimInTransaction(
+          key,
+          { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+          { commitOnComplete: true },
+        );
+        if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+        const manager = opened.transaction.manager as DataSource['manager'];
+        const prepared = (await manager.query(
+          "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'idempotency\\_%'",
+        )) as Array<{ statement: string }>;
+        expect(prepared.some(({ statement }) => statement.startsWith('WITH claimed AS (INSERT'))).toBe(
+          preparedStatements,
+        );
+        await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+        expect(await opened.transaction.complete(response)).toBe(true);
+        await opened.transaction.commit();
+        expect(await rows(key)).toEqual(['completed']);
+        expect(await effects(ref)).toBe(1);
+      } finally {
+        await ownPool.destroy();
+      }
+    });
+
     it('without it, complete() leaves the transaction open: a rollback after it commits nothing', async () => {
       const key = randomUUID();
       const ref = randomUUID();

@@ -98,7 +98,7 @@ export class ClaimTransactions {
         const begun = await beginningTransaction(runner);
         const [begin, insert, savepoint] = await sendTogether(client, [
           [beginStatement(this.db.isolationLevel(options))],
-          [this.db.sql.insertClaim, claimParams],
+          [this.db.sql.insertClaim, claimParams, this.db.preparedName(this.db.sql.insertClaim)],
           [HANDLER_SAVEPOINT],
         ]);
         valueOf(begin);
@@ -226,7 +226,7 @@ export class ClaimTransactions {
      */
     const completeAndCommit = async (pg: PgClient, sql: string, values: unknown[]): Promise<boolean> => {
       const committing = await committingTransaction(runner);
-      const [update, commit] = await sendTogether(pg, [[sql, values], ['COMMIT']]);
+      const [update, commit] = await sendTogether(pg, [[sql, values, this.db.preparedName(sql)], ['COMMIT']]);
       const committed =
         update.status === 'fulfilled' && commit.status === 'fulfilled' && commit.value.command === 'COMMIT';
       await committing(committed);

@@ -4,6 +4,7 @@
  * `transaction()` opens, guarded writes that wait for a row lock at most `lockTimeoutMs`, and the
  * `IdempotencyStoreError` a failure becomes. Claims in a transaction: claim-transactions.ts.
  */
+import { createHash } from 'node:crypto';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
@@ -41,6 +42,7 @@ export class IdempotencyRecordsConnection {
   private readonly claims = new ClaimTransactions(this);
   /** Built on first use: on PostgreSQL the schema is known once the DataSource is connected. */
   private statements?: Statements;
+  private readonly preparedNames = new Map<string, string>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -48,7 +50,24 @@ export class IdempotencyRecordsConnection {
     readonly lockTimeoutMs: number,
     readonly exclusive: RunExclusive,
     readonly routes: RouteTransactions,
+    /** `TypeOrmIdempotencyStoreOptions.preparedStatements`. */
+    private readonly preparedStatements = true,
   ) {}
+
+  /**
+   * PostgreSQL: the name `sql` is prepared under on each connection, or undefined when prepared
+   * statements are off. Derived from the text, so that stores sharing a pool (other schemas)
+   * never give one name two texts.
+   */
+  preparedName(sql: string): string | undefined {
+    if (!this.preparedStatements) return undefined;
+    let name = this.preparedNames.get(sql);
+    if (name === undefined) {
+      name = `idempotency_${createHash('sha256').update(sql).digest('hex').slice(0, 32)}`;
+      this.preparedNames.set(sql, name);
+    }
+    return name;
+  }
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
   transaction<T>(

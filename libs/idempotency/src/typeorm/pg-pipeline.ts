@@ -22,12 +22,16 @@ export interface PgResult {
  */
 export interface PgClient {
   query(text: string, values?: unknown[]): Promise<PgResult>;
+  query(config: { name: string; text: string; values: unknown[] }): Promise<PgResult>;
   pipeline?: boolean;
   connection?: { stream?: { cork?(): void; uncork?(): void } };
 }
 
-/** One statement of a batch: its text and, when it has any, its parameters. */
-export type PgStatement = readonly [sql: string, params?: readonly unknown[]];
+/**
+ * One statement of a batch: its text, its parameters when it has any, and the name it is prepared
+ * under on the connection (parsed and planned once per connection), if it is to be.
+ */
+export type PgStatement = readonly [sql: string, params?: readonly unknown[], name?: string];
 
 /**
  * Sends `statements` in order, in one write and, on a node-postgres that pipelines, in one round
@@ -70,9 +74,10 @@ export function valueOf(outcome: PromiseSettledResult<PgResult>): PgResult {
   return outcome.value;
 }
 
-function send(client: PgClient, [sql, params]: PgStatement): Promise<PgResult> {
+function send(client: PgClient, [sql, params, name]: PgStatement): Promise<PgResult> {
   // No parameters: the simple protocol, one message.
-  return params && params.length > 0 ? client.query(sql, [...params]) : client.query(sql);
+  if (!params || params.length === 0) return client.query(sql);
+  return name ? client.query({ name, text: sql, values: [...params] }) : client.query(sql, [...params]);
 }
 
 function settle(result: Promise<PgResult>): Promise<PromiseSettledResult<PgResult>> {

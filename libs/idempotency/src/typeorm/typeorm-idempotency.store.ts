@@ -122,7 +122,17 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       options.propagate,
       dialect === 'postgres' ? outsideWrites : 'ignore',
     );
-    this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive, routes);
+    if (options.preparedStatements !== undefined && typeof options.preparedStatements !== 'boolean') {
+      throw new TypeError('preparedStatements must be a boolean');
+    }
+    this.db = new IdempotencyRecordsConnection(
+      dataSource,
+      dialect,
+      lockTimeoutMs,
+      exclusive,
+      routes,
+      options.preparedStatements ?? true,
+    );
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
