@@ -390,44 +390,42 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
   });
 
   describe('commitOnComplete: the completion and the COMMIT in one round trip', () => {
-    const store = () => new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: LOCK_TIMEOUT_MS });
     const response = { statusCode: 201, headers: {}, body: Buffer.from('{}') };
     const rows = async (key: string) =>
       (await admin.query(`SELECT state FROM ${schema}.idempotency_records WHERE "key" = $1`, [key])).rows.map(
         (row: { state: string }) => row.state,
       );
-
-    it('commits the business write and the completed row together', async () => {
+    /** A claim of a new key whose transaction holds one business write (`ref`), not yet completed. */
+    const claimWithWrite = async (
+      how: { ttlMs?: number; commitOnComplete?: boolean; store?: TypeOrmIdempotencyStore } = {},
+    ) => {
       const key = randomUUID();
       const ref = randomUUID();
-      const opened = await store().claimInTransaction(
+      const store = how.store ?? new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: LOCK_TIMEOUT_MS });
+      const opened = await store.claimInTransaction(
         key,
-        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-        { commitOnComplete: true },
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: how.ttlMs ?? 60_000 },
+        { commitOnComplete: how.commitOnComplete ?? true },
       );
       if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
       const manager = opened.transaction.manager as DataSource['manager'];
       await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
-      expect(await opened.transaction.complete(response)).toBe(true);
-      await opened.transaction.commit();
+      return { key, ref, transaction: opened.transaction, manager };
+    };
+
+    it('commits the business write and the completed row together', async () => {
+      const { key, ref, transaction } = await claimWithWrite();
+      expect(await transaction.complete(response)).toBe(true);
+      await transaction.commit();
       expect(await rows(key)).toEqual(['completed']);
       expect(await effects(ref)).toBe(1);
     });
 
     it('a completion that changes no row (the TTL elapsed under the handler) answers false and the COMMIT sent with it rolls the business write back', async () => {
-      const key = randomUUID();
-      const ref = randomUUID();
-      const opened = await store().claimInTransaction(
-        key,
-        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 1 },
-        { commitOnComplete: true },
-      );
-      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
-      const manager = opened.transaction.manager as DataSource['manager'];
-      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+      const { key, ref, transaction } = await claimWithWrite({ ttlMs: 1 });
       await sleep(20);
-      expect(await opened.transaction.complete(response)).toBe(false);
-      await opened.transaction.rollback();
+      expect(await transaction.complete(response)).toBe(false);
+      await transaction.rollback();
       expect(await rows(key)).toEqual([]);
       expect(await effects(ref)).toBe(0);
     });
@@ -436,30 +434,19 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
       ['prepared once per connection (the default)', true],
       ['sent unnamed (preparedStatements: false)', false],
     ])('the claim and the completion: %s', async (_how, preparedStatements) => {
-      const key = randomUUID();
-      const ref = randomUUID();
       // A pool of its own: the shared one's connections may hold the statements already.
       const ownPool = await openIdempotencyDataSource(schema);
       try {
-        const opened = await new TypeOrmIdempotencyStore(ownPool, {
-          lockTimeoutMs: LOCK_TIMEOUT_MS,
-          preparedStatements,
-        }).claimInTransaction(
-          key,
-          { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-          { commitOnComplete: true },
-        );
-        if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
-        const manager = opened.transaction.manager as DataSource['manager'];
+        const store = new TypeOrmIdempotencyStore(ownPool, { lockTimeoutMs: LOCK_TIMEOUT_MS, preparedStatements });
+        const { key, ref, transaction, manager } = await claimWithWrite({ store });
         const prepared = (await manager.query(
           "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'idempotency\\_%'",
         )) as Array<{ statement: string }>;
         expect(prepared.some(({ statement }) => statement.startsWith('WITH claimed AS (INSERT'))).toBe(
           preparedStatements,
         );
-        await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
-        expect(await opened.transaction.complete(response)).toBe(true);
-        await opened.transaction.commit();
+        expect(await transaction.complete(response)).toBe(true);
+        await transaction.commit();
         expect(await rows(key)).toEqual(['completed']);
         expect(await effects(ref)).toBe(1);
       } finally {
@@ -468,19 +455,9 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     });
 
     it('without it, complete() leaves the transaction open: a rollback after it commits nothing', async () => {
-      const key = randomUUID();
-      const ref = randomUUID();
-      const opened = await store().claimInTransaction(key, {
-        ownerToken: randomUUID(),
-        fingerprint: 'f',
-        leaseMs: 30_000,
-        ttlMs: 60_000,
-      });
-      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
-      const manager = opened.transaction.manager as DataSource['manager'];
-      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
-      expect(await opened.transaction.complete(response)).toBe(true);
-      await opened.transaction.rollback();
+      const { key, ref, transaction } = await claimWithWrite({ commitOnComplete: false });
+      expect(await transaction.complete(response)).toBe(true);
+      await transaction.rollback();
       expect(await rows(key)).toEqual([]);
       expect(await effects(ref)).toBe(0);
     });
