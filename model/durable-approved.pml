@@ -135,7 +135,8 @@ transaction:
        uncommitted INSERT of the key, up to lock_timeout. Then executeInClaimTransaction():
        DurableClaimTransaction.savepoint(), Execution.run(manager), the handler, and on a kept
        outcome DurableClaimTransaction.complete(response): private to the transaction until
-       COMMIT, so one step here. */
+       COMMIT, so one step here. (PostgreSQL sends BEGIN, the INSERT and the SAVEPOINT in one
+       round trip, and the completion with the COMMIT in another: the same steps, fewer waits.) */
     if
     :: atomic {
          KEEP(!OTHER_INSERT(t)) /* guard:insert-waits */ ->

@@ -6,12 +6,12 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { BenchAppModule } from './bench-app.module.js';
 import { benchServerConfigFrom } from './bench-server.js';
-import { countDatabaseStatements, databaseStatementCount } from './statement-counter.js';
+import { countDatabaseStatements, databaseRoundTripCount, databaseStatementCount } from './statement-counter.js';
 
 /** Messages between the driver (parent) and a bench server (this process, forked with IPC). */
 export type BenchServerMessage =
   | { type: 'listening'; port: number }
-  | { type: 'counters'; dbStatements: number; cpuMicros: number }
+  | { type: 'counters'; dbStatements: number; dbRoundTrips: number; cpuMicros: number }
   | { type: 'profiling' }
   | { type: 'profiled'; path: string };
 
@@ -46,7 +46,12 @@ async function main(): Promise<void> {
   process.on('message', (message: BenchDriverMessage) => {
     if (message.type === 'counters') {
       const cpu = process.cpuUsage();
-      send({ type: 'counters', dbStatements: databaseStatementCount(), cpuMicros: cpu.user + cpu.system });
+      send({
+        type: 'counters',
+        dbStatements: databaseStatementCount(),
+        dbRoundTrips: databaseRoundTripCount(),
+        cpuMicros: cpu.user + cpu.system,
+      });
     } else if (message.type === 'profile-start') {
       // Only the measured load is profiled: start-up and module loading would drown it.
       profiler.connect();

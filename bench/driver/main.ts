@@ -106,6 +106,7 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
           redisClientCommandsPerRequest: redisCost.clientCommands / result.sent,
           redisExecutedCommandsPerRequest: redisCost.executedCommands / result.sent,
           dbStatementsPerRequest: (after.dbStatements - before.dbStatements) / result.sent,
+          dbRoundTripsPerRequest: (after.dbRoundTrips - before.dbRoundTrips) / result.sent,
           serverCpuMicrosPerRequest: (after.cpuMicros - before.cpuMicros) / result.sent,
         });
         console.log(

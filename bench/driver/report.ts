@@ -11,6 +11,7 @@ export interface Sample {
   redisClientCommandsPerRequest: number;
   redisExecutedCommandsPerRequest: number;
   dbStatementsPerRequest: number;
+  dbRoundTripsPerRequest: number;
   /** CPU time (user + system) the server process used per request: steadier than req/s on a busy machine. */
   serverCpuMicrosPerRequest: number;
 }
@@ -35,6 +36,7 @@ interface ScenarioSummary {
   redisCommandsPerRequest: number;
   redisExecutedCommandsPerRequest: number;
   dbStatementsPerRequest: number;
+  dbRoundTripsPerRequest: number;
   serverCpuMicrosPerRequest: number;
   /** Server CPU per request above `plain`'s, in µs: what the layer (or the transaction) costs. */
   cpuOverPlainMicrosPerRequest: number;
@@ -65,6 +67,7 @@ export function summarize(measurements: Measurements) {
     redisCommandsPerRequest: round2(of(name, (s) => s.redisClientCommandsPerRequest)),
     redisExecutedCommandsPerRequest: round2(of(name, (s) => s.redisExecutedCommandsPerRequest)),
     dbStatementsPerRequest: round2(of(name, (s) => s.dbStatementsPerRequest)),
+    dbRoundTripsPerRequest: round2(of(name, (s) => s.dbRoundTripsPerRequest)),
     serverCpuMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest)),
     cpuOverPlainMicrosPerRequest: Math.round(of(name, (s) => s.serverCpuMicrosPerRequest) - plainCpu),
   }));
@@ -108,6 +111,11 @@ export function summarize(measurements: Measurements) {
       'fresh-durable': byName.get('fresh-durable')!.dbStatementsPerRequest,
       'fresh-durable-mariadb': byName.get('fresh-durable-mariadb')!.dbStatementsPerRequest,
     },
+    dbRoundTripsPerRequest: {
+      plain: byName.get('plain')!.dbRoundTripsPerRequest,
+      'plain-tx': byName.get('plain-tx')!.dbRoundTripsPerRequest,
+      'fresh-durable': byName.get('fresh-durable')!.dbRoundTripsPerRequest,
+    },
     ratios,
     details: {
       responseBodyBytes: measurements.responseBodyBytes,
@@ -129,6 +137,7 @@ export function formatSummary(summary: Summary): string {
     'Redis cmds/req',
     '(run in Redis)',
     'DB stmts/req',
+    'DB trips/req',
     'server CPU µs/req',
     'µs over plain',
     'failed',
@@ -141,6 +150,7 @@ export function formatSummary(summary: Summary): string {
     s.redisCommandsPerRequest.toFixed(2),
     s.redisExecutedCommandsPerRequest.toFixed(2),
     s.dbStatementsPerRequest.toFixed(2),
+    s.dbRoundTripsPerRequest.toFixed(2),
     String(s.serverCpuMicrosPerRequest),
     String(s.cpuOverPlainMicrosPerRequest),
     String(s.failures),

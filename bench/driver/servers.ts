@@ -85,6 +85,7 @@ export async function startBenchServer(mainJs: string, config: BenchServerConfig
 
 export interface ServerCounters {
   dbStatements: number;
+  dbRoundTrips: number;
   cpuMicros: number;
 }
 
@@ -105,7 +106,7 @@ function askCounters(child: ChildProcess): Promise<ServerCounters> {
     const onMessage = (message: BenchServerMessage) => {
       if (message.type !== 'counters') return;
       child.off('message', onMessage);
-      resolve({ dbStatements: message.dbStatements, cpuMicros: message.cpuMicros });
+      resolve({ dbStatements: message.dbStatements, dbRoundTrips: message.dbRoundTrips, cpuMicros: message.cpuMicros });
     };
     child.on('message', onMessage);
     child.send({ type: 'counters' });

@@ -24,6 +24,8 @@ const LOCK_TIMEOUT_MS = 1_500;
 
 /** Every statement sent to PostgreSQL by this process while `counting` (pg `Client#query` calls, as the bench counts them). */
 const sent: string[] = [];
+/** How many of them started a round trip: sent while their connection had no query in flight (the rest were pipelined behind one). */
+let roundTrips = 0;
 let counting = false;
 const clientPrototype = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
 const originalQuery = clientPrototype.query;
@@ -83,6 +85,7 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
       if (counting) {
         const first = args[0];
         sent.push(typeof first === 'string' ? first : String((first as { text?: unknown })?.text));
+        if (!(this as { _activeQuery?: unknown })._activeQuery) roundTrips += 1;
       }
       return originalQuery.apply(this, args);
     };
@@ -215,22 +218,25 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     expect(await effects(ref)).toBe(0);
   });
 
-  it('a fresh request sends 6 statements: BEGIN, the claim INSERT, the lock_timeout restore with the savepoint, the handler, the completion, one COMMIT', async () => {
+  it('a fresh request sends 6 statements in 3 round trips: BEGIN with the claim INSERT (which restores lock_timeout) and the savepoint, the handler, the completion with one COMMIT', async () => {
     const ref = randomUUID();
     counting = true;
     sent.length = 0;
+    roundTrips = 0;
     const answer = await call({ key: randomUUID(), body: { ref } });
     counting = false;
     expect(answer.status).toBe(201);
     expect(sent).toHaveLength(6);
-    expect(sent[0]).toMatch(/^(START TRANSACTION|BEGIN)/);
-    expect(sent[1]).toMatch(/^INSERT INTO .*idempotency_records.*set_config\('lock_timeout'/s);
-    expect(sent[2]).toMatch(
-      /set_config\('lock_timeout', current_setting\('idempotency.saved_lock_timeout'\), true\); SAVEPOINT idempotency_handler/,
+    expect(roundTrips).toBe(3);
+    expect(sent[0]).toMatch(/^BEGIN/);
+    expect(sent[1]).toMatch(
+      /^WITH claimed AS \(INSERT INTO .*idempotency_records.*set_config\('lock_timeout'.*\) SELECT claimed\.\*, set_config\('lock_timeout', current_setting\('idempotency.saved_lock_timeout'\), true\)/s,
     );
+    expect(sent[2]).toBe('SAVEPOINT idempotency_handler');
     expect(sent[3]).toMatch(/^INSERT INTO effects/);
-    expect(sent[4]).toMatch(/^UPDATE .*idempotency_records/s);
+    expect(sent[4]).toMatch(/^WITH completed AS \(UPDATE .*idempotency_records/s);
     expect(sent[5]).toBe('COMMIT');
+    expect(await effects(ref)).toBe(1);
   });
 
   it("the handler's statements run under the application's lock_timeout, not the store's", async () => {
@@ -381,6 +387,80 @@ describe('durable claim inside the transaction (PostgreSQL + Redis)', () => {
     } finally {
       await strict.destroy();
     }
+  });
+
+  describe('commitOnComplete: the completion and the COMMIT in one round trip', () => {
+    const response = { statusCode: 201, headers: {}, body: Buffer.from('{}') };
+    const rows = async (key: string) =>
+      (await admin.query(`SELECT state FROM ${schema}.idempotency_records WHERE "key" = $1`, [key])).rows.map(
+        (row: { state: string }) => row.state,
+      );
+    /** A claim of a new key whose transaction holds one business write (`ref`), not yet completed. */
+    const claimWithWrite = async (
+      how: { ttlMs?: number; commitOnComplete?: boolean; store?: TypeOrmIdempotencyStore } = {},
+    ) => {
+      const key = randomUUID();
+      const ref = randomUUID();
+      const store = how.store ?? new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: LOCK_TIMEOUT_MS });
+      const opened = await store.claimInTransaction(
+        key,
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: how.ttlMs ?? 60_000 },
+        { commitOnComplete: how.commitOnComplete ?? true },
+      );
+      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const manager = opened.transaction.manager as DataSource['manager'];
+      await manager.query('INSERT INTO effects (ref, seq) VALUES ($1, 1)', [ref]);
+      return { key, ref, transaction: opened.transaction, manager };
+    };
+
+    it('commits the business write and the completed row together', async () => {
+      const { key, ref, transaction } = await claimWithWrite();
+      expect(await transaction.complete(response)).toBe(true);
+      await transaction.commit();
+      expect(await rows(key)).toEqual(['completed']);
+      expect(await effects(ref)).toBe(1);
+    });
+
+    it('a completion that changes no row (the TTL elapsed under the handler) answers false and the COMMIT sent with it rolls the business write back', async () => {
+      const { key, ref, transaction } = await claimWithWrite({ ttlMs: 1 });
+      await sleep(20);
+      expect(await transaction.complete(response)).toBe(false);
+      await transaction.rollback();
+      expect(await rows(key)).toEqual([]);
+      expect(await effects(ref)).toBe(0);
+    });
+
+    it.each([
+      ['prepared once per connection (the default)', true],
+      ['sent unnamed (preparedStatements: false)', false],
+    ])('the claim and the completion: %s', async (_how, preparedStatements) => {
+      // A pool of its own: the shared one's connections may hold the statements already.
+      const ownPool = await openIdempotencyDataSource(schema);
+      try {
+        const store = new TypeOrmIdempotencyStore(ownPool, { lockTimeoutMs: LOCK_TIMEOUT_MS, preparedStatements });
+        const { key, ref, transaction, manager } = await claimWithWrite({ store });
+        const prepared = (await manager.query(
+          "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'idempotency\\_%'",
+        )) as Array<{ statement: string }>;
+        expect(prepared.some(({ statement }) => statement.startsWith('WITH claimed AS (INSERT'))).toBe(
+          preparedStatements,
+        );
+        expect(await transaction.complete(response)).toBe(true);
+        await transaction.commit();
+        expect(await rows(key)).toEqual(['completed']);
+        expect(await effects(ref)).toBe(1);
+      } finally {
+        await ownPool.destroy();
+      }
+    });
+
+    it('without it, complete() leaves the transaction open: a rollback after it commits nothing', async () => {
+      const { key, ref, transaction } = await claimWithWrite({ commitOnComplete: false });
+      expect(await transaction.complete(response)).toBe(true);
+      await transaction.rollback();
+      expect(await rows(key)).toEqual([]);
+      expect(await effects(ref)).toBe(0);
+    });
   });
 
   it('a store without claimInTransaction keeps the separate, autocommitted claim (7 statements) and the same answers', async () => {

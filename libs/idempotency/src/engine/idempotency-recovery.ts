@@ -92,6 +92,9 @@ export class IdempotencyRecovery {
         const opened = await this.observedClaim.claim(durable, scoped.id, claimRequest, {
           isolationLevel: policy.isolationLevel,
           label: this.telemetry.operationOf(scoped),
+          // Both paths that end this transaction (executeInClaimTransaction, completeInTransaction)
+          // commit right after a completion that answered true.
+          commitOnComplete: true,
         });
         if (opened.kind === 'claimed') {
           const { transaction } = opened;

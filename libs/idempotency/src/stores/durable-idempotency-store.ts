@@ -42,6 +42,14 @@ export interface DurableTransactionOptions {
   readonly isolationLevel?: IdempotencyIsolationLevel;
   /** What the transaction serves (the route's operation, `POST /orders`), for the store's warnings. */
   readonly label?: string;
+  /**
+   * The caller of `claimInTransaction` commits as soon as `complete` answers true, and does
+   * nothing else in between (the engine does so): the store may then send the COMMIT with the
+   * completion (one round trip on PostgreSQL), `complete` answering true once the row is completed
+   * and `commit` reporting how the COMMIT went. Without it, `complete` never commits.
+   * @default false
+   */
+  readonly commitOnComplete?: boolean;
 }
 
 /**

@@ -15,13 +15,23 @@ import type {
 import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { changedOne, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
 import type { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
-import { LOCK_NOT_AVAILABLE, SERIALIZATION_FAILURE, sqlState, UNIQUE_VIOLATION } from './idempotency-records.sql.js';
+import {
+  isNotCompleted,
+  LOCK_NOT_AVAILABLE,
+  SERIALIZATION_FAILURE,
+  sqlState,
+  UNIQUE_VIOLATION,
+} from './idempotency-records.sql.js';
+import {
+  beginningTransaction,
+  beginStatement,
+  committingTransaction,
+  sendTogether,
+  valueOf,
+  type PgClient,
+  type PgResult,
+} from './pg-pipeline.js';
 import { HANDLER_SAVEPOINT, releaseQuietly, rollbackQuietly, UNDO_HANDLER_WRITES } from './query-runners.js';
-
-/** The few members of node-postgres' `Client` the store's own statements use (typeorm is the only import). */
-interface PgClient {
-  query(text: string, values?: unknown[]): Promise<{ rows: Row[]; rowCount: number | null }>;
-}
 
 /** What one statement answered: its rows (RETURNING, SELECT) and how many rows it changed. */
 interface StatementResult {
@@ -75,6 +85,7 @@ export class ClaimTransactions {
       if ('result' in opened) return opened;
       return this.openTransaction(key, request.ownerToken, opened.runner, undefined, opened.record, {
         completion,
+        handlerSavepoint: false,
         options,
       });
     }
@@ -82,25 +93,40 @@ export class ClaimTransactions {
     const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
     let claimed: IdempotencyRecord | undefined;
     let insertedAt: string | undefined;
+    let handlerSavepoint = false;
     let existing: { record: IdempotencyRecord; nowMs: number } | undefined;
     let phase: 'insert' | 'replace' = 'insert';
     try {
-      await this.db.begin(runner, options);
       // The store's own statements go to the driver, past TypeORM's query layer; the handler
       // gets `runner.manager`, the same connection and transaction.
       const client = this.db.dialect === 'postgres' ? ((await runner.connect()) as PgClient) : undefined;
       const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
       if (client) {
+        // BEGIN, the claim and the handler's savepoint in one round trip: a failed claim leaves
+        // the transaction aborted, and the SAVEPOINT behind it fails with it.
+        const begun = await beginningTransaction(runner);
+        const [begin, insert, savepoint] = await sendTogether(client, [
+          [beginStatement(this.db.isolationLevel(options))],
+          [this.db.sql.insertClaim, claimParams, this.db.preparedName(this.db.sql.insertClaim)],
+          [HANDLER_SAVEPOINT],
+        ]);
+        valueOf(begin);
+        await begun();
+        this.db.routes.guardIsolation(runner, options);
         try {
-          const inserted = single((await exec(this.db.sql.insertClaim, claimParams)).records);
+          const inserted = single(valueOf(insert).rows);
+          valueOf(savepoint);
           claimed = decodeRecord(inserted);
           insertedAt = String(inserted.row_ctid);
+          handlerSavepoint = true;
         } catch (error) {
           if (sqlState(error) !== UNIQUE_VIOLATION) throw error;
           // The key has a committed row: start again, and read it in the same transaction.
           await runner.rollbackTransaction();
           await this.db.begin(runner, options);
         }
+      } else {
+        await this.db.begin(runner, options);
       }
       for (let attempt = 1; attempt <= MAX_TRANSACTIONAL_CLAIM_ATTEMPTS && !claimed && !existing; attempt += 1) {
         phase = 'insert';
@@ -136,6 +162,7 @@ export class ClaimTransactions {
       return this.openTransaction(key, request.ownerToken, runner, client, claimed, {
         completion,
         insertedAt,
+        handlerSavepoint,
         options,
       });
     } catch (error) {
@@ -166,10 +193,12 @@ export class ClaimTransactions {
       completion: (response: StoredResponse) => unknown[];
       /** The `ctid` of the row `insertClaim` inserted (PostgreSQL), which `complete` finds it by. */
       insertedAt?: string;
+      /** The handler's savepoint was taken with the claim, and the claim's `lock_timeout` restored. */
+      handlerSavepoint: boolean;
       options: DurableTransactionOptions;
     },
   ): { result: TransactionalClaimResult; ended: Promise<void> } {
-    const { completion, insertedAt, options } = how;
+    const { completion, insertedAt, handlerSavepoint, options } = how;
     let end!: () => void;
     const ended = new Promise<void>((resolve) => (end = resolve));
     let open = true;
@@ -187,12 +216,53 @@ export class ClaimTransactions {
     const checkOpen = (operation: string) => {
       if (!open) throw new TypeError(`${operation}() on a claim transaction that has already ended`);
     };
+    const undo = async () => {
+      checkOpen('undo');
+      try {
+        await exec(UNDO_HANDLER_WRITES, []);
+      } catch (error) {
+        throw this.db.failure('claimInTransaction undo', error);
+      }
+    };
+    /** The COMMIT `complete` sent with the completion (`commitOnComplete`): what `commit` reports. */
+    let commitSent: { failure?: unknown } | undefined;
+    /**
+     * The completion and the COMMIT in one round trip. The completion fails when it changes no row
+     * (`completeOrAbort`), so the COMMIT behind it answers ROLLBACK: the business writes never
+     * commit without their completed record. An error the database answered to the completion
+     * means nothing committed; no answer at all (a lost connection) leaves the COMMIT's outcome
+     * unknown, which `commit` reports as its failure.
+     */
+    const completeAndCommit = async (pg: PgClient, sql: string, values: unknown[]): Promise<boolean> => {
+      const committing = await committingTransaction(runner);
+      const [update, commit] = await sendTogether(pg, [[sql, values, this.db.preparedName(sql)], ['COMMIT']]);
+      const committed =
+        update.status === 'fulfilled' && commit.status === 'fulfilled' && commit.value.command === 'COMMIT';
+      await committing(committed);
+      if (update.status === 'rejected' && sqlState(update.reason) !== undefined) {
+        close();
+        await releaseQuietly(runner);
+        context?.emitDestroy();
+        end();
+        if (isNotCompleted(update.reason)) return false;
+        throw this.db.failure('complete', update.reason);
+      }
+      if (!committed) {
+        const failure =
+          update.status === 'rejected' ? update.reason : commit.status === 'rejected' ? commit.reason : undefined;
+        commitSent = { failure: failure ?? new Error('COMMIT answered ROLLBACK') };
+      } else {
+        commitSent = {};
+      }
+      return true;
+    };
     const transaction: DurableClaimTransaction = Object.freeze({
       manager: runner.manager,
       record,
       savepoint: async () => {
         checkOpen('savepoint');
         try {
+          if (handlerSavepoint) return undo;
           // PostgreSQL: one round trip puts the application's lock_timeout back for the handler
           // and marks where its writes begin.
           await exec(
@@ -204,14 +274,7 @@ export class ClaimTransactions {
         } catch (error) {
           throw this.db.failure('claimInTransaction savepoint', error);
         }
-        return async () => {
-          checkOpen('undo');
-          try {
-            await exec(UNDO_HANDLER_WRITES, []);
-          } catch (error) {
-            throw this.db.failure('claimInTransaction undo', error);
-          }
-        };
+        return undo;
       },
       run: <T>(work: () => Promise<T>): Promise<T> => {
         const asRoute = () => this.db.routes.run(runner, options, work);
@@ -220,11 +283,14 @@ export class ClaimTransactions {
       complete: async (response: StoredResponse) => {
         checkOpen('complete');
         const params = completion(response);
+        const values = insertedAt === undefined ? params : [...params, insertedAt];
+        if (client && options.commitOnComplete) {
+          const sql = insertedAt === undefined ? this.db.sql.completeOrAbort : this.db.sql.completeInsertedOrAbort;
+          return completeAndCommit(client, sql, values);
+        }
         try {
           return changedOne(
-            insertedAt === undefined
-              ? await exec(this.db.sql.complete, params)
-              : await exec(this.db.sql.completeInserted, [...params, insertedAt]),
+            await exec(insertedAt === undefined ? this.db.sql.complete : this.db.sql.completeInserted, values),
           );
         } catch (error) {
           throw this.db.failure('complete', error);
@@ -235,7 +301,11 @@ export class ClaimTransactions {
         close();
         try {
           try {
-            await runner.commitTransaction();
+            if (commitSent) {
+              if (commitSent.failure !== undefined) throw commitSent.failure;
+            } else {
+              await runner.commitTransaction();
+            }
           } catch (error) {
             await rollbackQuietly(runner);
             await releaseQuietly(runner);
@@ -275,7 +345,7 @@ export class ClaimTransactions {
     // No parameters: the simple protocol, so that several statements may share one round trip.
     const result = params.length === 0 ? await client.query(sql) : await client.query(sql, params);
     // A multi-statement query answers one result per statement: the last one is the one read.
-    const last = (Array.isArray(result) ? result.at(-1) : result) as { rows: Row[]; rowCount: number | null };
+    const last: PgResult = Array.isArray(result) ? (result as PgResult[]).at(-1)! : result;
     return { records: last.rows ?? [], affected: last.rowCount ?? undefined };
   }
 }

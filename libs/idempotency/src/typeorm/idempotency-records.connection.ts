@@ -4,6 +4,7 @@
  * `transaction()` opens, guarded writes that wait for a row lock at most `lockTimeoutMs`, and the
  * `IdempotencyStoreError` a failure becomes. Claims in a transaction: claim-transactions.ts.
  */
+import { createHash } from 'node:crypto';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyClaimLostError } from '../errors/idempotency-claim-lost.error.js';
 import { IdempotencyStoreError } from '../errors/idempotency-store.error.js';
@@ -57,6 +58,7 @@ export class IdempotencyRecordsConnection {
   private statements?: Statements;
   /** MySQL's own statements (no RETURNING there), built with `statements`. */
   private mysqlStatements?: MysqlStatements;
+  private readonly preparedNames = new Map<string, string>();
 
   constructor(
     private readonly dataSource: DataSource,
@@ -64,7 +66,24 @@ export class IdempotencyRecordsConnection {
     readonly lockTimeoutMs: number,
     readonly exclusive: RunExclusive,
     readonly routes: RouteTransactions,
+    /** `TypeOrmIdempotencyStoreOptions.preparedStatements`. */
+    private readonly preparedStatements = true,
   ) {}
+
+  /**
+   * PostgreSQL: the name `sql` is prepared under on each connection, or undefined when prepared
+   * statements are off. Derived from the text, so that stores sharing a pool (other schemas)
+   * never give one name two texts.
+   */
+  preparedName(sql: string): string | undefined {
+    if (!this.preparedStatements) return undefined;
+    let name = this.preparedNames.get(sql);
+    if (name === undefined) {
+      name = `idempotency_${createHash('sha256').update(sql).digest('hex').slice(0, 32)}`;
+      this.preparedNames.set(sql, name);
+    }
+    return name;
+  }
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
   transaction<T>(
@@ -94,6 +113,11 @@ export class IdempotencyRecordsConnection {
     if (this.dialect === 'sqlite') return runner.startTransaction();
     await runner.startTransaction(options.isolationLevel);
     this.routes.guardIsolation(runner, options);
+  }
+
+  /** The level a route's transaction BEGINs at: the route's, else the DataSource's (as `startTransaction` picks it). */
+  isolationLevel(options: DurableTransactionOptions): string | undefined {
+    return options.isolationLevel ?? this.dataSource.options.isolationLevel;
   }
 
   /** The runner of a transaction whose `work` is still running, or undefined. */

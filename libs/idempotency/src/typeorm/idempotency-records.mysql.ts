@@ -145,6 +145,8 @@ export function mysqlStatementsFor(table: string, lockTimeoutMs: number): Statem
     insertInTransaction: '',
     insertClaim: '',
     completeInserted: '',
+    completeOrAbort: '',
+    completeInsertedOrAbort: '',
     restoreLockTimeout: '',
     replaceExpired: '',
     takeOver: '',

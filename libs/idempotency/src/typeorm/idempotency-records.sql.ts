@@ -18,6 +18,12 @@ export const DEADLOCK_DETECTED = '40P01';
 /** PostgreSQL SQLSTATE `unique_violation`: `insertClaim` met a committed row of the key. */
 export const UNIQUE_VIOLATION = '23505';
 
+/**
+ * What `completeOrAbort` raises when it changes no row (a cast error, SQLSTATE 22P02, whose
+ * message carries this text): the statement fails, so a COMMIT sent behind it rolls back. @internal
+ */
+const NOT_COMPLETED = 'idempotency record not completed: the claim no longer holds its row';
+
 /** The custom setting `insertInTransaction` keeps the transaction's own `lock_timeout` in. @internal */
 export const SAVED_LOCK_TIMEOUT = 'idempotency.saved_lock_timeout';
 
@@ -59,7 +65,9 @@ export interface Statements {
    * first. The unique check of a plain INSERT takes no SSI predicate lock on the key's index page
    * (`ON CONFLICT` reads the index, and that read conflicts with other keys' inserts on the same
    * page under SERIALIZABLE); a `unique_violation` means the key has a committed row, and the
-   * claim starts again with `insertInTransaction`. Empty on SQLite.
+   * claim starts again with `insertInTransaction`. It puts the transaction's `lock_timeout` back
+   * once the row is in (`restoreLockTimeout`, folded in): the handler never runs under the
+   * claim's. Empty on SQLite.
    */
   readonly insertClaim: string;
   /**
@@ -67,6 +75,13 @@ export interface Statements {
    * locks that tuple only, where the scan of the key's index would lock the index page. Empty on SQLite.
    */
   readonly completeInserted: string;
+  /**
+   * PostgreSQL: `complete` (and `completeInserted`) as a statement that fails when it changes no
+   * row, sent with the COMMIT behind it (`DurableTransactionOptions.commitOnComplete`): the
+   * business writes then never commit without their completed record. See `isNotCompleted`.
+   */
+  readonly completeOrAbort: string;
+  readonly completeInsertedOrAbort: string;
   /** Restores the `lock_timeout` `insertInTransaction` saved (PostgreSQL; nothing on SQLite). Parameterless. */
   readonly restoreLockTimeout: string;
   readonly replaceExpired: string;
@@ -130,6 +145,8 @@ export function statementsFor(dialect: Exclude<Dialect, 'mysql'>, table: string,
         `ON CONFLICT ("key") DO NOTHING RETURNING ${RECORD_COLUMNS}`
       : insert,
     insertClaim: '',
+    completeOrAbort: '',
+    completeInsertedOrAbort: '',
     restoreLockTimeout: rowLocks
       ? `SELECT set_config('lock_timeout', current_setting('${SAVED_LOCK_TIMEOUT}'), true)`
       : '',
@@ -173,18 +190,34 @@ export function statementsFor(dialect: Exclude<Dialect, 'mysql'>, table: string,
     forceDeleteInProgress: `DELETE FROM ${table} WHERE "key" = $1 AND state = '${IN_PROGRESS}' AND expires_at_ms > {now} RETURNING "key"`,
     forceDeleteAny: `DELETE FROM ${table} WHERE "key" = $1 RETURNING "key"`,
   };
+  // The outer SELECT runs once the INSERT has produced its row (after any wait for the key), so
+  // the restore never shortens that wait; without a row (an error) the rollback restores it.
   const insertClaim = rowLocks
-    ? statements.insertInTransaction
+    ? 'WITH claimed AS (' +
+      statements.insertInTransaction
         .replace(' ON CONFLICT ("key") DO NOTHING', '')
-        .replace(`RETURNING ${RECORD_COLUMNS}`, `RETURNING ${RECORD_COLUMNS}, ctid::text AS row_ctid`)
+        .replace(`RETURNING ${RECORD_COLUMNS}`, `RETURNING ${RECORD_COLUMNS}, ctid::text AS row_ctid`) +
+      `) SELECT claimed.*, ${statements.restoreLockTimeout.replace('SELECT ', '')} AS lock_timeout FROM claimed`
     : '';
+  const orAbort = (update: string) =>
+    rowLocks
+      ? `WITH completed AS (${update} RETURNING 1) SELECT CAST(CASE WHEN count(*) = 1 THEN '1' ` +
+        `ELSE '${NOT_COMPLETED}' END AS integer) AS completed FROM completed`
+      : '';
+  const completeOrAbort = orAbort(statements.complete);
+  const completeInsertedOrAbort = orAbort(statements.completeInserted);
   const now = DATABASE_NOW_MS[dialect];
   return Object.fromEntries(
-    Object.entries({ ...statements, insertClaim }).map(([name, sql]) => {
+    Object.entries({ ...statements, insertClaim, completeOrAbort, completeInsertedOrAbort }).map(([name, sql]) => {
       const timed = sql.replaceAll('{now}', now);
       return [name, dialect === 'postgres' ? timed : timed.replace(/\$(\d+)/g, '?$1')];
     }),
   ) as unknown as Statements;
+}
+
+/** `completeOrAbort` changed no row: the claim's row is not the claim's any more (or has expired). @internal */
+export function isNotCompleted(error: unknown): boolean {
+  return sqlState(error) === '22P02' && error instanceof Error && error.message.includes(NOT_COMPLETED);
 }
 
 /** The SQLSTATE of a driver error (PostgreSQL), if it has one. @internal */

@@ -52,4 +52,13 @@ export interface TypeOrmIdempotencyStoreOptions {
    * @default 'warn', or 'ignore' when NODE_ENV is 'production'
    */
   outsideWrites?: OutsideWritesPolicy;
+  /**
+   * PostgreSQL: a transactional route's claim and completion are named prepared statements,
+   * parsed and planned once per connection instead of on every request (less CPU in the
+   * application and the database, and about half the latency of the route's transaction,
+   * docs/performance.md). Turn it off behind a pooler that cannot keep prepared statements across
+   * transactions (PgBouncer in transaction mode before 1.21, or without `max_prepared_statements`).
+   * @default true
+   */
+  preparedStatements?: boolean;
 }

@@ -124,7 +124,17 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       options.propagate,
       dialect === 'sqlite' ? 'ignore' : outsideWrites,
     );
-    this.db = new IdempotencyRecordsConnection(dataSource, dialect, lockTimeoutMs, exclusive, routes);
+    if (options.preparedStatements !== undefined && typeof options.preparedStatements !== 'boolean') {
+      throw new TypeError('preparedStatements must be a boolean');
+    }
+    this.db = new IdempotencyRecordsConnection(
+      dataSource,
+      dialect,
+      lockTimeoutMs,
+      exclusive,
+      routes,
+      options.preparedStatements ?? true,
+    );
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {

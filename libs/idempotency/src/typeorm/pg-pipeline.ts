@@ -1,0 +1,132 @@
+/**
+ * The store's own PostgreSQL statements sent straight to the node-postgres client of a TypeORM
+ * query runner (past TypeORM's query layer), several at a time where a route's transaction allows
+ * it, with the runner's transaction state kept as TypeORM's own `startTransaction` and
+ * `commitTransaction` keep it (@internal).
+ */
+import type { QueryRunner } from 'typeorm';
+import type { Row } from './idempotency-record.codec.js';
+
+/** What a node-postgres query answers (one statement). */
+export interface PgResult {
+  rows: Row[];
+  rowCount: number | null;
+  command?: string;
+}
+
+/**
+ * The few members of node-postgres' `Client` the store uses (typeorm is the only import).
+ * `pipeline` (node-postgres 8.23): while true, queries are written without waiting for the
+ * previous one's answer, each with its own Sync. `connection.stream`: the socket, corked while a
+ * batch is written so that it leaves in one write.
+ */
+export interface PgClient {
+  query(text: string, values?: unknown[]): Promise<PgResult>;
+  query(config: { name: string; text: string; values: unknown[] }): Promise<PgResult>;
+  pipeline?: boolean;
+  connection?: { stream?: { cork?(): void; uncork?(): void } };
+}
+
+/**
+ * One statement of a batch: its text, its parameters when it has any, and the name it is prepared
+ * under on the connection (parsed and planned once per connection), if it is to be.
+ */
+export type PgStatement = readonly [sql: string, params?: readonly unknown[], name?: string];
+
+/**
+ * Sends `statements` in order, in one write and, on a node-postgres that pipelines, in one round
+ * trip; answers each one's outcome. Each statement has its own Sync, so a failed one does not
+ * stop the next from running: inside a transaction block the next fails too (the transaction is
+ * aborted), and a COMMIT after a failure answers ROLLBACK. On a node-postgres without pipelining
+ * the statements run one after another, with the same outcomes. `pipeline` is a constructor
+ * option of node-postgres that its client reads whenever it sends: it is on for the batch only,
+ * on a client the runner holds alone, and off again once every statement has been answered.
+ */
+export async function sendTogether(
+  client: PgClient,
+  statements: readonly PgStatement[],
+): Promise<PromiseSettledResult<PgResult>[]> {
+  if (!('pipeline' in client)) {
+    const outcomes: PromiseSettledResult<PgResult>[] = [];
+    for (const statement of statements) outcomes.push(await settle(send(client, statement)));
+    return outcomes;
+  }
+  const stream = client.connection?.stream;
+  const pipelined = client.pipeline;
+  client.pipeline = true;
+  stream?.cork?.();
+  let sent: Promise<PgResult>[];
+  try {
+    sent = statements.map((statement) => send(client, statement));
+  } finally {
+    stream?.uncork?.();
+  }
+  try {
+    return await Promise.all(sent.map(settle));
+  } finally {
+    // Every statement has been answered (a failed one before its ReadyForQuery, which the client
+    // still awaits either way): the client is back where the batch found it.
+    client.pipeline = pipelined;
+  }
+}
+
+/** The value of a statement `sendTogether` answered, or its error. */
+export function valueOf(outcome: PromiseSettledResult<PgResult>): PgResult {
+  if (outcome.status === 'rejected') throw outcome.reason;
+  return outcome.value;
+}
+
+function send(client: PgClient, [sql, params, name]: PgStatement): Promise<PgResult> {
+  // No parameters: the simple protocol, one message.
+  if (!params || params.length === 0) return client.query(sql);
+  return name ? client.query({ name, text: sql, values: [...params] }) : client.query(sql, [...params]);
+}
+
+function settle(result: Promise<PgResult>): Promise<PromiseSettledResult<PgResult>> {
+  return result.then(
+    (value) => ({ status: 'fulfilled', value }),
+    (reason: unknown) => ({ status: 'rejected', reason }),
+  );
+}
+
+/** The members of TypeORM's query runners that track a transaction (`BaseQueryRunner`). */
+interface TransactionState {
+  isTransactionActive: boolean;
+  transactionDepth: number;
+  broadcaster: { broadcast(event: string): Promise<void> };
+}
+
+/**
+ * A BEGIN the store sends itself, as `startTransaction` accounts for it: the runner's transaction
+ * is active (the handler's nested transactions become savepoints) and subscribers hear of it.
+ * Call `begun` once the BEGIN was sent.
+ */
+export async function beginningTransaction(runner: QueryRunner): Promise<() => Promise<void>> {
+  const state = runner as unknown as TransactionState;
+  state.isTransactionActive = true;
+  await state.broadcaster.broadcast('BeforeTransactionStart');
+  return async () => {
+    state.transactionDepth = 1;
+    await state.broadcaster.broadcast('AfterTransactionStart');
+  };
+}
+
+/** A COMMIT the store sends itself, as `commitTransaction` accounts for it. Call `ended` once it was answered. */
+export async function committingTransaction(runner: QueryRunner): Promise<(committed: boolean) => Promise<void>> {
+  const state = runner as unknown as TransactionState;
+  await state.broadcaster.broadcast('BeforeTransactionCommit');
+  return async (committed: boolean) => {
+    state.isTransactionActive = false;
+    state.transactionDepth = 0;
+    if (committed) await state.broadcaster.broadcast('AfterTransactionCommit');
+  };
+}
+
+const ISOLATION_LEVELS = new Set(['READ UNCOMMITTED', 'READ COMMITTED', 'REPEATABLE READ', 'SERIALIZABLE']);
+
+/** `BEGIN` at an isolation level (one of the four SQL names: it is spelled into the statement), or the default. */
+export function beginStatement(isolationLevel: string | undefined): string {
+  if (isolationLevel === undefined) return 'BEGIN';
+  if (!ISOLATION_LEVELS.has(isolationLevel)) throw new TypeError(`Unknown isolation level: ${isolationLevel}`);
+  return `BEGIN ISOLATION LEVEL ${isolationLevel}`;
+}
