@@ -82,7 +82,7 @@ export class ClaimTransactions {
       // gets `runner.manager`, the same connection and transaction.
       const client = this.db.dialect === 'postgres' ? ((await runner.connect()) as PgClient) : undefined;
       const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
-      if (client) {
+      if (client && this.db.sql.insertClaim) {
         try {
           const inserted = single((await exec(this.db.sql.insertClaim, claimParams)).records);
           claimed = decodeRecord(inserted);

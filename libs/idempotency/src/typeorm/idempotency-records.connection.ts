@@ -31,6 +31,7 @@ import {
   rollbackQuietly,
   UNDO_HANDLER_WRITES,
 } from './query-runners.js';
+import { partitionedNames, partitionedStatementsFor, type PartitionedNames } from './partitioned-records.sql.js';
 import type { RouteTransactions } from './route-transactions.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
 
@@ -48,7 +49,14 @@ export class IdempotencyRecordsConnection {
     readonly lockTimeoutMs: number,
     readonly exclusive: RunExclusive,
     readonly routes: RouteTransactions,
+    /** The table is the partitioned one (`partitioning` option): its claim calls the claim function. */
+    readonly partitioned = false,
   ) {}
+
+  /** The partitioned table's names, quoted and qualified as the DataSource's schema asks. */
+  partitionedNames(): PartitionedNames {
+    return partitionedNames(this.dataSource.driver);
+  }
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
   transaction<T>(
@@ -121,7 +129,9 @@ export class IdempotencyRecordsConnection {
       const table = (schema ? [schema, IDEMPOTENCY_RECORDS_TABLE] : [IDEMPOTENCY_RECORDS_TABLE])
         .map((part) => driver.escape(part))
         .join('.');
-      this.statements = statementsFor(this.dialect, table, this.lockTimeoutMs);
+      this.statements = this.partitioned
+        ? partitionedStatementsFor(this.partitionedNames(), this.lockTimeoutMs)
+        : statementsFor(this.dialect, table, this.lockTimeoutMs);
     }
     return this.statements;
   }

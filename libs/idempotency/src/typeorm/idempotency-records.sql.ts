@@ -25,8 +25,8 @@ export const SAVED_LOCK_TIMEOUT = 'idempotency.saved_lock_timeout';
 export const IN_PROGRESS: IdempotencyRecordState = 'in_progress';
 export const COMPLETED: IdempotencyRecordState = 'completed';
 
-/** Columns of a record, in the order every SELECT and RETURNING lists them. */
-const RECORD_COLUMNS = [
+/** Columns of a record, in the order every SELECT and RETURNING lists them. @internal */
+export const RECORD_COLUMNS = [
   'state',
   'fingerprint',
   'owner_token',
