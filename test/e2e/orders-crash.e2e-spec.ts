@@ -10,6 +10,7 @@ import {
   waitForLockWaiters,
 } from '../support/servers/postgres.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
+import { expectedTableKind, idempotencyTableKind, idempotencyTables } from '../support/orders/backends.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
@@ -19,7 +20,7 @@ import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
  */
 const LEASE_MS = 1500;
 
-describe('sample service killed (SIGKILL) inside its transaction', () => {
+describe.each(idempotencyTables)('sample service killed (SIGKILL) inside its transaction (%s)', (_table, tableEnv) => {
   let schema: string;
   let redis: ThrowawayRedis;
   let env: Record<string, string>;
@@ -50,6 +51,7 @@ describe('sample service killed (SIGKILL) inside its transaction', () => {
       DATABASE_SCHEMA: schema,
       REDIS_URL: redis.url,
       IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
+      ...tableEnv,
     };
   }, 120_000);
   afterAll(async () => {
@@ -94,6 +96,7 @@ describe('sample service killed (SIGKILL) inside its transaction', () => {
     const created = (await retry.json()) as { id: string };
     expect(await count('orders', tenantId)).toBe(1);
     expect(await count('payments', tenantId)).toBe(1);
+    expect(await idempotencyTableKind(schema)).toBe(expectedTableKind(tableEnv));
 
     const again = await post(second, tenantId, key, body);
     expect(again.status).toBe(201);

@@ -16,6 +16,7 @@ import {
 import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
+import { expectedTableKind, idempotencyTableKind, idempotencyTables } from '../support/orders/backends.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 import { waitUntil } from '../support/timing.js';
 
@@ -36,7 +37,7 @@ const expectReplayOf = (retry: HttpResult, first: HttpResult) => {
   expect(retry.body.equals(first.body)).toBe(true);
 };
 
-describe('durable authority on PostgreSQL + Redis (sample service)', () => {
+describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sample service, %s)', (_table, tableEnv) => {
   let redis: ThrowawayRedis;
   let proxy: TcpProxy;
   let schema: string;
@@ -67,7 +68,7 @@ describe('durable authority on PostgreSQL + Redis (sample service)', () => {
     schema = throwawaySchemaName('durable_e2e');
     const viaProxy = new URL(TEST_DATABASE_URL);
     viaProxy.port = String(proxy.port);
-    env = { DATABASE_URL: viaProxy.toString(), DATABASE_SCHEMA: schema, REDIS_URL: redis.url };
+    env = { DATABASE_URL: viaProxy.toString(), DATABASE_SCHEMA: schema, REDIS_URL: redis.url, ...tableEnv };
     await restartApp();
   });
   afterAll(async () => {
@@ -75,6 +76,10 @@ describe('durable authority on PostgreSQL + Redis (sample service)', () => {
     await proxy?.close();
     await redis?.stop();
     if (schema) await dropSchema(schema);
+  });
+
+  it('runs on the idempotency table its environment asks for', async () => {
+    expect(await idempotencyTableKind(schema)).toBe(expectedTableKind(tableEnv));
   });
 
   it('FLUSHALL between the order and its retry: the durable record replays; one order, one charge', async () => {

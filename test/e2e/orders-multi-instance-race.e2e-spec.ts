@@ -10,6 +10,7 @@ import {
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
 import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';
+import { expectedTableKind, idempotencyTableKind, idempotencyTables } from '../support/orders/backends.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
@@ -22,7 +23,9 @@ const INSTANCES = 3;
 const ROUNDS = 10;
 const CONCURRENT = 50;
 
-describe(`${INSTANCES} instances of the service on one Redis and one PostgreSQL`, () => {
+const RACE = `${INSTANCES} instances of the service on one Redis and one PostgreSQL (%s)`;
+
+describe.each(idempotencyTables)(RACE, (_table, tableEnv) => {
   let redis: ThrowawayRedis;
   let schema: string;
   let cluster: OrdersCluster;
@@ -35,6 +38,7 @@ describe(`${INSTANCES} instances of the service on one Redis and one PostgreSQL`
       DATABASE_URL: TEST_DATABASE_URL,
       DATABASE_SCHEMA: schema,
       REDIS_URL: redis.url,
+      ...tableEnv,
     });
   }, 180_000);
   afterAll(async () => {
@@ -58,5 +62,6 @@ describe(`${INSTANCES} instances of the service on one Redis and one PostgreSQL`
       expect(await orderIdsOf(schema, tenantId)).toEqual([fresh.json().id]);
       expect(await countForTenant(schema, 'payments', tenantId)).toBe(1);
     }
+    expect(await idempotencyTableKind(schema)).toBe(expectedTableKind(tableEnv));
   }, 120_000);
 });

@@ -569,7 +569,7 @@ describe('TypeOrmIdempotencyStore on PostgreSQL, partitioned table', () => {
     dataSource = new DataSource(postgresOptions(schema, { migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS }));
     await dataSource.initialize();
     expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
-      'CreatePartitionedIdempotencyRecords1764200000000',
+      'CreatePartitionedIdempotencyRecords1764160000000',
     ]);
     await createBusinessTable(dataSource);
   });

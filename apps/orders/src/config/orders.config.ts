@@ -92,6 +92,11 @@ export type DatabaseConfig =
       url: string;
       /** Schema that holds every table; created at startup when absent. @default 'public' */
       schema: string;
+      /**
+       * The idempotency table partitioned by creation time, partitions this many ms wide
+       * (`IDEMPOTENCY_PARTITION_MS`); undefined: the default table. @default undefined
+       */
+      idempotencyPartitionMs?: number;
     }
   | {
       kind: 'embedded';
@@ -174,7 +179,14 @@ export function validateOrdersEnvironment(variables: EnvironmentVariables, cwd: 
 
 function databaseOf(env: OrdersEnvironment, cwd: string): DatabaseConfig {
   return env.DATABASE_URL !== undefined
-    ? { kind: 'postgres', url: env.DATABASE_URL, schema: env.DATABASE_SCHEMA ?? 'public' }
+    ? {
+        kind: 'postgres',
+        url: env.DATABASE_URL,
+        schema: env.DATABASE_SCHEMA ?? 'public',
+        ...(env.IDEMPOTENCY_PARTITION_MS !== undefined && {
+          idempotencyPartitionMs: Number(env.IDEMPOTENCY_PARTITION_MS),
+        }),
+      }
     : { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
 }
 

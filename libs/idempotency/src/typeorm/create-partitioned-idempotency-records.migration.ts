@@ -14,8 +14,8 @@ import { dropPartitionedTableDdl, partitionedNames, partitionedTableDdl } from '
  * new DataSource({ type: 'postgres', ..., migrations: [...MY_MIGRATIONS, ...IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS] })
  * @publicApi
  */
-export class CreatePartitionedIdempotencyRecords1764200000000 implements MigrationInterface {
-  name = 'CreatePartitionedIdempotencyRecords1764200000000';
+export class CreatePartitionedIdempotencyRecords1764160000000 implements MigrationInterface {
+  name = 'CreatePartitionedIdempotencyRecords1764160000000';
 
   async up(queryRunner: QueryRunner): Promise<void> {
     for (const sql of partitionedTableDdl(namesOf(queryRunner))) await queryRunner.query(sql);
@@ -41,6 +41,6 @@ function namesOf(queryRunner: QueryRunner) {
  *
  * @publicApi
  */
-export const IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS: [typeof CreatePartitionedIdempotencyRecords1764200000000] = [
-  CreatePartitionedIdempotencyRecords1764200000000,
+export const IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS: [typeof CreatePartitionedIdempotencyRecords1764160000000] = [
+  CreatePartitionedIdempotencyRecords1764160000000,
 ];

@@ -23,6 +23,6 @@ export {
 } from './create-idempotency-records.migration.js';
 export { AddIdempotencyRecordsInProgressIndex1764150000000 } from './add-idempotency-in-progress-index.migration.js';
 export {
-  CreatePartitionedIdempotencyRecords1764200000000,
+  CreatePartitionedIdempotencyRecords1764160000000,
   IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
 } from './create-partitioned-idempotency-records.migration.js';
