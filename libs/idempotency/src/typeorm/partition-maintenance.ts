@@ -83,14 +83,17 @@ export class PartitionMaintenance {
   private async dropPast(runner: QueryRunner, nowMs: number | undefined): Promise<number> {
     const { table } = this.names();
     let dropped = 0;
-    for (const partition of await this.partitions(runner)) {
+    // A pending detach first: PostgreSQL refuses another one on the table until it is finished.
+    const partitions = (await this.partitions(runner)).sort((a, b) => Number(b.detaching) - Number(a.detaching));
+    for (const partition of partitions) {
       const name = this.qualified(partition.name);
       // A detach cut short between its two transactions (its check passed) is finished first.
       const rows = partition.detaching ? 0 : await this.expiredRows(runner, partition, nowMs);
       if (rows === undefined) continue;
       // CONCURRENTLY: claims keep running; it waits for the transactions that may still see the partition.
       const detach = `ALTER TABLE ${table} DETACH PARTITION ${name} ${partition.detaching ? 'FINALIZE' : 'CONCURRENTLY'}`;
-      if (!(await this.withLockTimeout(runner, detach))) continue;
+      // PostgreSQL lets one detach be pending per table: the next call finishes it first.
+      if (!(await this.withLockTimeout(runner, detach))) break;
       await runner.query(`DROP TABLE ${name}`);
       dropped += rows;
     }
