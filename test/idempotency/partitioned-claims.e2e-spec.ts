@@ -174,7 +174,7 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     expect(await rowsOf(key)).toHaveLength(1);
   });
 
-  it('refuses what the partitioned table cannot do: sql.js, a partition under 1 s, a route above READ COMMITTED', async () => {
+  it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {
     const sqljs = new DataSource({ type: 'sqljs', entities: idempotencyTypeOrmEntities('sqljs') });
     expect(() => new TypeOrmIdempotencyStore(sqljs, { partitioning: { partitionMs: PARTITION_MS } })).toThrow(
       IdempotencyConfigurationError,
@@ -183,5 +183,8 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     await expect(
       store().claimInTransaction(newId(), claimRequest(), { isolationLevel: 'REPEATABLE READ' }),
     ).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(new TypeOrmIdempotencyStore(dataSource).claim(newId(), claimRequest())).rejects.toThrow(
+      /give the store its partitioning option/,
+    );
   });
 });

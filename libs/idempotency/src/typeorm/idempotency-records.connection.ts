@@ -151,7 +151,7 @@ export class IdempotencyRecordsConnection {
     const missingTable =
       sqlState(error) === '42P01' || /no such table/i.test(cause)
         ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
-        : '';
+        : tableMismatch(sqlState(error), this.partitioned);
     return new IdempotencyStoreError(
       `Durable idempotency store (${this.dialect}): ${operation} failed: ${cause}.${missingTable} ` +
         'Make sure the database is reachable.',
@@ -247,4 +247,19 @@ export class IdempotencyRecordsConnection {
       throw this.failure(operation, error);
     }
   }
+}
+
+/**
+ * The hint for a store whose `partitioning` option does not match the table the migrations made:
+ * the claim function is missing (42883), or `ON CONFLICT ("key")` finds no unique index on a
+ * partitioned table (42P10).
+ */
+function tableMismatch(state: string | undefined, partitioned: boolean): string {
+  if (partitioned && state === '42883') {
+    return ' The partitioning option needs the partitioned table: run IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS.';
+  }
+  if (!partitioned && state === '42P10') {
+    return ' The table is the partitioned one: give the store its partitioning option.';
+  }
+  return '';
 }

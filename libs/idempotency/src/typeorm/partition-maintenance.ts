@@ -42,6 +42,8 @@ interface Partition {
 export class PartitionMaintenance {
   /** End of the last partition known to exist, by the database's clock. */
   private horizonMs = 0;
+  /** The creation under way: claims that meet the horizon together wait for one. */
+  private creating?: Promise<void>;
 
   constructor(
     private readonly db: IdempotencyRecordsConnection,
@@ -55,7 +57,11 @@ export class PartitionMaintenance {
    */
   async ensureAhead(force = false): Promise<void> {
     if (!force && Date.now() + this.partitionMs < this.horizonMs) return;
-    this.horizonMs = await this.db.operation('partition maintenance', (runner) => this.createAhead(runner));
+    this.creating ??= this.db
+      .operation('partition maintenance', (runner) => this.createAhead(runner))
+      .then((horizon) => void (this.horizonMs = horizon))
+      .finally(() => (this.creating = undefined));
+    await this.creating;
   }
 
   /**
