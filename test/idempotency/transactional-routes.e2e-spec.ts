@@ -71,83 +71,82 @@ const post = (fixture: TransactionalRoutesApp, path: string, key: string, body: 
     body: JSON.stringify(body),
   });
 
-describe.each<Backend>(['postgres', 'sqljs', 'postgres, partitioned table'])(
-  'transactional routes with @nestjs-cls/transactional (%s)',
-  (backend) => {
-    let schema = '';
-    let dataSource: DataSource;
-    let fixture: TransactionalRoutesApp;
-    const effects = async (ref: string) => dataSource.getRepository(Effect).countBy({ ref });
+const BACKENDS: Backend[] = ['postgres', 'sqljs', 'postgres, partitioned table'];
 
-    beforeAll(async () => {
-      if (backend !== 'sqljs') {
-        await (await connectPostgresOrFail()).end();
-        schema = await createThrowawaySchema('tx_routes');
-      }
-      dataSource = await openDataSource(backend, schema);
-      fixture = await startTransactionalRoutesApp(dataSource, { cls: true, store: storeOptionsOf(backend) });
-    });
-    afterAll(async () => {
-      await fixture?.app.close();
-      await dataSource?.destroy();
-      if (schema) await dropSchema(schema);
-    });
+describe.each<Backend>(BACKENDS)('transactional routes with @nestjs-cls/transactional (%s)', (backend) => {
+  let schema = '';
+  let dataSource: DataSource;
+  let fixture: TransactionalRoutesApp;
+  const effects = async (ref: string) => dataSource.getRepository(Effect).countBy({ ref });
 
-    it("a service writing through TransactionHost joins the route's transaction: committed with the completed record, replayed once", async () => {
-      const ref = randomUUID();
-      const key = randomUUID();
-      expect((await post(fixture, '/cls', key, { ref })).status).toBe(201);
-      const replay = await post(fixture, '/cls', key, { ref });
-      expect(replay.headers.get('idempotent-replayed')).toBe('true');
-      expect(await effects(ref)).toBe(1);
-    });
+  beforeAll(async () => {
+    if (backend !== 'sqljs') {
+      await (await connectPostgresOrFail()).end();
+      schema = await createThrowawaySchema('tx_routes');
+    }
+    dataSource = await openDataSource(backend, schema);
+    fixture = await startTransactionalRoutesApp(dataSource, { cls: true, store: storeOptionsOf(backend) });
+  });
+  afterAll(async () => {
+    await fixture?.app.close();
+    await dataSource?.destroy();
+    if (schema) await dropSchema(schema);
+  });
 
-    it("a failure after the service's write rolls the write back with the released key; the retry commits once", async () => {
-      const ref = randomUUID();
-      const key = randomUUID();
-      expect((await post(fixture, '/cls', key, { ref, fail: true })).status).toBe(503);
-      expect(await effects(ref)).toBe(0);
-      const retry = await post(fixture, '/cls', key, { ref });
-      expect(retry.status).toBe(201);
-      expect(retry.headers.get('idempotent-replayed')).toBeNull();
-      expect(await effects(ref)).toBe(1);
-    });
+  it("a service writing through TransactionHost joins the route's transaction: committed with the completed record, replayed once", async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    expect((await post(fixture, '/cls', key, { ref })).status).toBe(201);
+    const replay = await post(fixture, '/cls', key, { ref });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(await effects(ref)).toBe(1);
+  });
 
-    it('a transactional run() inside a transactional handler is refused with IdempotencyNestedTransactionError, the same on both databases', async () => {
-      const moduleRef = await Test.createTestingModule({
-        imports: [
-          IdempotencyModule.forRoot({
-            store: new MemoryIdempotencyStore(),
-            durableStore: new TypeOrmIdempotencyStore(dataSource, storeOptionsOf(backend)),
-          }),
-        ],
-      }).compile();
-      const idempotency = moduleRef.get(IdempotencyService);
-      const transactional = { transactional: true };
-      const innerKey = randomUUID();
-      let inner: unknown;
-      try {
-        const outer = await idempotency.run(
-          { operation: 'outer', key: randomUUID(), options: transactional },
-          async () => {
-            inner = await idempotency
-              .run({ operation: 'inner', key: innerKey, options: transactional }, () => 'inner ran')
-              .catch((error: unknown) => error);
-            return 'outer ran';
-          },
-        );
-        expect(outer).toEqual({ status: 'fresh', value: 'outer ran' });
-        expect(inner).toBeInstanceOf(IdempotencyNestedTransactionError);
-        expect((inner as Error).message).toMatch(/"inner" was started inside the transaction of "outer"/);
-        // Nothing of the inner run was recorded: run on its own, it runs.
-        const again = await idempotency.run({ operation: 'inner', key: innerKey, options: transactional }, () => 'now');
-        expect(again).toEqual({ status: 'fresh', value: 'now' });
-      } finally {
-        await moduleRef.close();
-      }
-    });
-  },
-);
+  it("a failure after the service's write rolls the write back with the released key; the retry commits once", async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    expect((await post(fixture, '/cls', key, { ref, fail: true })).status).toBe(503);
+    expect(await effects(ref)).toBe(0);
+    const retry = await post(fixture, '/cls', key, { ref });
+    expect(retry.status).toBe(201);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await effects(ref)).toBe(1);
+  });
+
+  it('a transactional run() inside a transactional handler is refused with IdempotencyNestedTransactionError, the same on both databases', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        IdempotencyModule.forRoot({
+          store: new MemoryIdempotencyStore(),
+          durableStore: new TypeOrmIdempotencyStore(dataSource, storeOptionsOf(backend)),
+        }),
+      ],
+    }).compile();
+    const idempotency = moduleRef.get(IdempotencyService);
+    const transactional = { transactional: true };
+    const innerKey = randomUUID();
+    let inner: unknown;
+    try {
+      const outer = await idempotency.run(
+        { operation: 'outer', key: randomUUID(), options: transactional },
+        async () => {
+          inner = await idempotency
+            .run({ operation: 'inner', key: innerKey, options: transactional }, () => 'inner ran')
+            .catch((error: unknown) => error);
+          return 'outer ran';
+        },
+      );
+      expect(outer).toEqual({ status: 'fresh', value: 'outer ran' });
+      expect(inner).toBeInstanceOf(IdempotencyNestedTransactionError);
+      expect((inner as Error).message).toMatch(/"inner" was started inside the transaction of "outer"/);
+      // Nothing of the inner run was recorded: run on its own, it runs.
+      const again = await idempotency.run({ operation: 'inner', key: innerKey, options: transactional }, () => 'now');
+      expect(again).toEqual({ status: 'fresh', value: 'now' });
+    } finally {
+      await moduleRef.close();
+    }
+  });
+});
 
 describe('transactional routes on PostgreSQL: outside writes, isolation, serialization failures', () => {
   let schema: string;
