@@ -24,7 +24,9 @@ import { BENCH_ORDER } from '../engine/bench-order.js';
  * `--table partitioned` runs one, as fast as it goes unless `--rate` is given. Every sample
  * reports the table's and its indexes' size (all partitions), live and dead tuples, claim latency
  * p50/p99, the records the reaper expired, and (one table only: it is server-wide) WAL written.
- * A flat steady state means expiry keeps up; a growing table means it does not (docs/capacity.md).
+ * With autovacuum off (a test server) the bench runs VACUUM every 30 s (`--vacuum-seconds N`), or
+ * never (`--no-vacuum`). A flat steady state means expiry keeps up; a growing table means it does
+ * not (docs/capacity.md).
  */
 const ORDER_RESPONSE: StoredResponse = {
   statusCode: 201,
@@ -73,7 +75,12 @@ function argsFrom(argv: readonly string[]): Args {
     sampleSeconds: value('--sample-seconds', quick ? 5 : 15),
     reaperIntervalMs: value('--reaper-interval-ms', 1000),
     reaperBatch: value('--reaper-batch', 500),
-    vacuumSeconds: argv.includes('--vacuum-seconds') ? value('--vacuum-seconds', 30) : undefined,
+    // --no-vacuum: neither the bench's VACUUM nor autovacuum's help is asked for (autovacuum off): the worst case.
+    vacuumSeconds: argv.includes('--no-vacuum')
+      ? 0
+      : argv.includes('--vacuum-seconds')
+        ? value('--vacuum-seconds', 30)
+        : undefined,
   };
 }
 
@@ -151,7 +158,10 @@ export async function runRetentionBench(argv: readonly string[]): Promise<void> 
   await probe.destroy();
   args.vacuumSeconds ??= autovacuum === 'on' ? 0 : 30;
   if (autovacuum !== 'on') {
-    console.log(`autovacuum is ${autovacuum} on this server: the bench runs VACUUM every ${args.vacuumSeconds} s`);
+    console.log(
+      `autovacuum is ${autovacuum} on this server: ` +
+        (args.vacuumSeconds ? `the bench runs VACUUM every ${args.vacuumSeconds} s` : 'nothing vacuums (--no-vacuum)'),
+    );
   }
   console.log(
     `retention bench: ${args.tables.join(' and ')}, ${args.minutes} min, TTL ${args.ttlSeconds} s, ` +
