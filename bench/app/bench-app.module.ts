@@ -1,11 +1,15 @@
 import { type DynamicModule, Module, type Type } from '@nestjs/common';
 import { IdempotencyModule } from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
-import { IdempotencyRecordEntity, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import {
+  IdempotencyRecordEntity,
+  MysqlIdempotencyRecordEntity,
+  TypeOrmIdempotencyStore,
+} from 'nestjs-idempotency/typeorm';
 import { NodeIdempotencyModule } from '@node-idempotency/nestjs';
 import { StorageAdapterEnum } from '@node-idempotency/shared';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import type { DataSource, DataSourceOptions } from 'typeorm';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import {
   DurableOrdersController,
@@ -25,6 +29,7 @@ const CONTROLLERS: Record<BenchServerConfig['kind'], Type> = {
   floor: FloorOrdersController,
   redis: RedisOrdersController,
   durable: DurableOrdersController,
+  'durable-mariadb': DurableOrdersController,
   peer: PeerOrdersController,
 };
 
@@ -50,13 +55,14 @@ function idempotencyLayer(config: BenchServerConfig): DynamicModule[] {
       ];
     case 'redis':
     case 'durable':
+    case 'durable-mariadb':
       return [
         IdempotencyModule.forRootAsync({
           inject: [getDataSourceToken()],
           useFactory: (dataSource: DataSource) => ({
             // From the URL: the store owns its client, with its defaults (fail fast, auto-pipelining).
             store: new RedisIdempotencyStore(config.redisUrl, { prefix: config.redisPrefix }),
-            durableStore: config.kind === 'durable' ? new TypeOrmIdempotencyStore(dataSource) : undefined,
+            durableStore: config.kind === 'redis' ? undefined : new TypeOrmIdempotencyStore(dataSource),
             tenant: tenantOf,
             scope: ['tenant', 'operation'],
           }),
@@ -65,23 +71,35 @@ function idempotencyLayer(config: BenchServerConfig): DynamicModule[] {
   }
 }
 
+/** PostgreSQL (a pool of 10), or MariaDB for `durable-mariadb` (the same pool size). */
+function dataSourceOptions(config: BenchServerConfig): DataSourceOptions {
+  if (config.kind === 'durable-mariadb') {
+    return {
+      type: 'mariadb',
+      url: config.databaseUrl,
+      entities: [MysqlIdempotencyRecordEntity],
+      synchronize: false,
+      connectTimeout: 5_000,
+      extra: { connectionLimit: 10 },
+    };
+  }
+  return {
+    type: 'postgres',
+    url: config.databaseUrl,
+    schema: config.schema,
+    entities: [IdempotencyRecordEntity],
+    synchronize: false,
+    extra: { max: 10, connectionTimeoutMillis: 5_000 },
+  };
+}
+
 /** The benchmark service: one POST /orders route, validated, one INSERT, behind one idempotency layer. */
 @Module({})
 export class BenchAppModule {
   static forServer(config: BenchServerConfig): DynamicModule {
     return {
       module: BenchAppModule,
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: config.databaseUrl,
-          schema: config.schema,
-          entities: [IdempotencyRecordEntity],
-          synchronize: false,
-          extra: { max: 10, connectionTimeoutMillis: 5_000 },
-        }),
-        ...idempotencyLayer(config),
-      ],
+      imports: [TypeOrmModule.forRoot(dataSourceOptions(config)), ...idempotencyLayer(config)],
       controllers: [CONTROLLERS[config.kind]],
       providers: [
         BenchOrdersService,

@@ -29,7 +29,10 @@ export class BenchOrdersService {
   constructor(@InjectDataSource() private readonly dataSource: DataSource) {
     const schema = (dataSource.options as { schema?: string }).schema;
     const table = schema ? `"${schema}".${BENCH_ORDERS_TABLE}` : BENCH_ORDERS_TABLE;
-    this.insertSql = `INSERT INTO ${table} (id, tenant_id, customer_id, currency, items, total_cents, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)`;
+    // MariaDB (durable-mariadb): the database of the URL holds the table, and mysql2 binds `?`.
+    const mysql = dataSource.options.type === 'mariadb';
+    const values = mysql ? '?, ?, ?, ?, ?, ?, ?' : '$1, $2, $3, $4, $5, $6, $7';
+    this.insertSql = `INSERT INTO ${mysql ? BENCH_ORDERS_TABLE : table} (id, tenant_id, customer_id, currency, items, total_cents, created_at) VALUES (${values})`;
   }
 
   async create(tenantId: string, dto: BenchOrderDto, manager?: EntityManager): Promise<BenchOrderView> {

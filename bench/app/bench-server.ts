@@ -1,11 +1,12 @@
 /** The servers the scenarios run against: only the idempotency layer (or the transaction) differs. */
-export type BenchServerKind = 'plain' | 'plain-tx' | 'redis' | 'durable' | 'peer' | 'floor';
+export type BenchServerKind = 'plain' | 'plain-tx' | 'redis' | 'durable' | 'durable-mariadb' | 'peer' | 'floor';
 
 export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = [
   'plain',
   'plain-tx',
   'redis',
   'durable',
+  'durable-mariadb',
   'peer',
   'floor',
 ];
@@ -13,8 +14,9 @@ export const BENCH_SERVER_KINDS: readonly BenchServerKind[] = [
 /** What a bench server process reads from its environment. */
 export interface BenchServerConfig {
   kind: BenchServerKind;
+  /** PostgreSQL's, or for `durable-mariadb` MariaDB's (mysql://…/<database>). */
   databaseUrl: string;
-  /** The throwaway schema holding `bench_orders` and `idempotency_records`. */
+  /** The throwaway schema holding `bench_orders` and `idempotency_records` (MariaDB: the database). */
   schema: string;
   redisUrl: string;
   /** Namespace of this process's Redis keys, so memory can be measured per scenario. */

@@ -1,4 +1,5 @@
 import { DataSource } from 'typeorm';
+import { mariadbUrl, queryMariadb } from '../../test/support/servers/mariadb.js';
 import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { BENCH_ORDERS_TABLE } from '../app/bench-orders.service.js';
 
@@ -31,4 +32,28 @@ export async function truncateOrders(databaseUrl: string, schema: string): Promi
   } finally {
     await dataSource.destroy();
   }
+}
+
+/** MariaDB (`fresh-durable-mariadb`): the handler's table and the durable table in the bench database. */
+export async function prepareBenchMariadb(database: string): Promise<void> {
+  const dataSource = new DataSource({
+    type: 'mariadb',
+    url: mariadbUrl(database),
+    migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  });
+  await dataSource.initialize();
+  try {
+    await dataSource.query(
+      `CREATE TABLE ${BENCH_ORDERS_TABLE} (id char(36) PRIMARY KEY, tenant_id char(36) NOT NULL, customer_id char(36) NOT NULL, ` +
+        'currency char(3) NOT NULL, items json NOT NULL, total_cents bigint NOT NULL, created_at varchar(32) NOT NULL)',
+    );
+    await dataSource.runMigrations();
+  } finally {
+    await dataSource.destroy();
+  }
+}
+
+/** Empties the MariaDB handler's table between rounds. */
+export async function truncateBenchMariadb(database: string): Promise<void> {
+  await queryMariadb(`TRUNCATE TABLE \`${database}\`.${BENCH_ORDERS_TABLE}`);
 }

@@ -6,7 +6,8 @@ import { createThrowawaySchema, dropSchema, TEST_DATABASE_URL } from '../../test
 import { openRedis } from '../../test/support/servers/redis.js';
 import { startRedisServer } from '../../test/support/servers/redis-server.js';
 import { sleep } from '../../test/support/timing.js';
-import { prepareBenchSchema, truncateOrders } from './database.js';
+import { createMariadbDatabase, dropMariadbDatabase } from '../../test/support/servers/mariadb.js';
+import { prepareBenchMariadb, prepareBenchSchema, truncateBenchMariadb, truncateOrders } from './database.js';
 import { type LoadOptions, runLoad, sendOnce } from './load.js';
 import { commandCalls, medianBytesPerKey, redisCostBetween } from './redis-stats.js';
 import { formatSummary, type Measurements, type Sample, summarize } from './report.js';
@@ -49,14 +50,16 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
   const settings = settingsFrom(options.argv);
   const loadBefore = loadavg()[0]!;
   const schema = await createThrowawaySchema('bench');
+  const mariadb = await createMariadbDatabase('bench');
   const redis = await startRedisServer({ args: ['--maxmemory-policy', 'noeviction'] });
   const stats = await openRedis(redis.url);
   const servers = new Map<ScenarioName, BenchServerProcess>();
   try {
     await prepareBenchSchema(TEST_DATABASE_URL, schema);
+    await prepareBenchMariadb(mariadb);
     await Promise.all(
       SCENARIOS.map(async (scenario) => {
-        const server = await startScenarioServer(options.serverMainJs, scenario, schema, redis.url);
+        const server = await startScenarioServer(options.serverMainJs, scenario, schema, redis.url, mariadb);
         servers.set(scenario.name, server);
       }),
     );
@@ -76,6 +79,7 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     const rounds: Map<ScenarioName, Sample>[] = [];
     for (let round = 0; round < settings.rounds; round++) {
       await truncateOrders(TEST_DATABASE_URL, schema);
+      await truncateBenchMariadb(mariadb);
       const samples = new Map<ScenarioName, Sample>();
       for (const scenario of rotation(SCENARIOS, round)) {
         const server = servers.get(scenario.name)!;
@@ -124,5 +128,6 @@ export async function runBench(options: BenchRunOptions): Promise<void> {
     await stats.quit();
     await redis.stop();
     await dropSchema(schema);
+    await dropMariadbDatabase(mariadb);
   }
 }

@@ -106,6 +106,7 @@ export function summarize(measurements: Measurements) {
       plain: byName.get('plain')!.dbStatementsPerRequest,
       'plain-tx': byName.get('plain-tx')!.dbStatementsPerRequest,
       'fresh-durable': byName.get('fresh-durable')!.dbStatementsPerRequest,
+      'fresh-durable-mariadb': byName.get('fresh-durable-mariadb')!.dbStatementsPerRequest,
     },
     ratios,
     details: {

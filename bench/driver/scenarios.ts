@@ -14,6 +14,7 @@ export type ScenarioName =
   | 'fresh-redis'
   | 'replay-redis'
   | 'fresh-durable'
+  | 'fresh-durable-mariadb'
   | 'replay-durable'
   | 'peer-fresh'
   | 'peer-replay'
@@ -27,6 +28,7 @@ export const SCENARIOS: readonly Scenario[] = [
   { name: 'replay-redis', server: 'redis', keys: 'replay', redisPrefix: 'idem-replay' },
   { name: 'fresh-durable', server: 'durable', keys: 'fresh', redisPrefix: 'idem-durable' },
   { name: 'replay-durable', server: 'durable', keys: 'replay', redisPrefix: 'idem-durable-replay' },
+  { name: 'fresh-durable-mariadb', server: 'durable-mariadb', keys: 'fresh', redisPrefix: 'idem-durable-mariadb' },
   { name: 'peer-fresh', server: 'peer', keys: 'fresh', redisPrefix: 'idempotency' },
   { name: 'peer-replay', server: 'peer', keys: 'replay', redisPrefix: 'peer-replay' },
   { name: 'plain-tx', server: 'plain-tx', keys: 'fresh', redisPrefix: 'plain-tx' },
@@ -59,6 +61,7 @@ export const RATIOS: readonly RatioSpec[] = [
   { numerator: 'replay-redis', denominator: 'plain' },
   { numerator: 'fresh-durable', denominator: 'plain' },
   { numerator: 'replay-durable', denominator: 'plain' },
+  { numerator: 'fresh-durable-mariadb', denominator: 'fresh-durable' },
   { numerator: 'plain-tx', denominator: 'plain' },
   { numerator: 'floor-fresh', denominator: 'plain' },
   { numerator: 'floor-replay', denominator: 'plain' },

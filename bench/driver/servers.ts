@@ -2,6 +2,7 @@ import { type ChildProcess, fork } from 'node:child_process';
 import { once } from 'node:events';
 import type { BenchServerConfig } from '../app/bench-server.js';
 import { TEST_DATABASE_URL } from '../../test/support/servers/postgres.js';
+import { mariadbUrl } from '../../test/support/servers/mariadb.js';
 import type { Scenario } from './scenarios.js';
 import type { BenchDriverMessage, BenchServerMessage, ProfileKind } from '../app/main.js';
 
@@ -17,17 +18,23 @@ export interface BenchServerProcess {
   stop(): Promise<void>;
 }
 
-/** The server of `scenario` (its kind and Redis prefix), on the bench's database schema and Redis. */
+/**
+ * The server of `scenario` (its kind and Redis prefix), on the bench's database schema and Redis
+ * (`durable-mariadb`: on the bench's MariaDB database, which it needs).
+ */
 export function startScenarioServer(
   mainJs: string,
   scenario: Scenario,
   schema: string,
   redisUrl: string,
+  mariadbDatabase?: string,
 ): Promise<BenchServerProcess> {
+  const mariadb = scenario.server === 'durable-mariadb';
+  if (mariadb && mariadbDatabase === undefined) throw new Error(`${scenario.name} needs a MariaDB database`);
   return startBenchServer(mainJs, {
     kind: scenario.server,
-    databaseUrl: TEST_DATABASE_URL,
-    schema,
+    databaseUrl: mariadb ? mariadbUrl(mariadbDatabase!) : TEST_DATABASE_URL,
+    schema: mariadb ? mariadbDatabase! : schema,
     redisUrl,
     redisPrefix: scenario.redisPrefix,
   });

@@ -1,16 +1,7 @@
 import { randomUUID } from 'node:crypto';
-import type pg from 'pg';
 import { buildOrdersAppOnce, startOrdersProcess, type OrdersProcess } from '../support/orders/app-process.js';
-import {
-  connectPostgresOrFail,
-  dropSchema,
-  queryTestDatabase,
-  TEST_DATABASE_URL,
-  throwawaySchemaName,
-  waitForLockWaiters,
-} from '../support/servers/postgres.js';
+import { ordersDatabases, type OrdersDatabase } from '../support/orders/orders-databases.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
-import { expectedTableKind, idempotencyTableKind, idempotencyTables } from '../support/orders/backends.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 
 /**
@@ -20,87 +11,76 @@ import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
  */
 const LEASE_MS = 1500;
 
-describe.each(idempotencyTables)('sample service killed (SIGKILL) inside its transaction (%s)', (_table, tableEnv) => {
-  let schema: string;
-  let redis: ThrowawayRedis;
-  let env: Record<string, string>;
-  const processes: OrdersProcess[] = [];
+describe.each(ordersDatabases)(
+  'sample service on %s killed (SIGKILL) inside its transaction',
+  (_name, openDatabase) => {
+    let db: OrdersDatabase;
+    let redis: ThrowawayRedis;
+    let env: Record<string, string>;
+    const processes: OrdersProcess[] = [];
 
-  const count = async (table: 'orders' | 'payments', tenantId: string) =>
-    Number(
-      (
-        await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table} WHERE tenant_id = $1`, [
-          tenantId,
-        ])
-      )[0].n,
-    );
-  const post = (proc: OrdersProcess, tenantId: string, key: string, body: unknown) =>
-    fetch(`${proc.url}/orders`, {
-      method: 'POST',
-      headers: { 'Content-Type': 'application/json', 'X-Tenant-ID': tenantId, 'Idempotency-Key': key },
-      body: JSON.stringify(body),
+    const count = (table: 'orders' | 'payments', tenantId: string) => db.count(table, tenantId);
+    const post = (proc: OrdersProcess, tenantId: string, key: string, body: unknown) =>
+      fetch(`${proc.url}/orders`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-Tenant-ID': tenantId, 'Idempotency-Key': key },
+        body: JSON.stringify(body),
+      });
+
+    beforeAll(async () => {
+      db = await openDatabase('crash_e2e');
+      await buildOrdersAppOnce();
+      redis = await startRedisServer();
+      env = {
+        ...db.env(),
+        REDIS_URL: redis.url,
+        IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
+      };
+    }, 120_000);
+    afterAll(async () => {
+      for (const proc of processes) await proc.stop();
+      await redis?.stop();
+      await db?.drop();
     });
 
-  beforeAll(async () => {
-    await (await connectPostgresOrFail()).end();
-    await buildOrdersAppOnce();
-    redis = await startRedisServer();
-    schema = throwawaySchemaName('crash_e2e');
-    env = {
-      DATABASE_URL: TEST_DATABASE_URL,
-      DATABASE_SCHEMA: schema,
-      REDIS_URL: redis.url,
-      IDEMPOTENCY_LEASE_MS: String(LEASE_MS),
-      ...tableEnv,
-    };
-  }, 120_000);
-  afterAll(async () => {
-    for (const proc of processes) await proc.stop();
-    await redis?.stop();
-    if (schema) await dropSchema(schema);
-  });
+    it('after the kill and the lease, the retry answers 201 and exactly one order and one charge exist', async () => {
+      const first = await startOrdersProcess({ env });
+      processes.push(first);
+      const tenantId = newTenant();
+      const key = randomUUID();
+      const body = orderBody();
 
-  it('after the kill and the lease, the retry answers 201 and exactly one order and one charge exist', async () => {
-    const first = await startOrdersProcess({ env });
-    processes.push(first);
-    const tenantId = newTenant();
-    const key = randomUUID();
-    const body = orderBody();
+      // Hold the handler inside its transaction: its payment insert waits on this lock.
+      const locker = await db.lockTable('payments');
+      const pending = post(first, tenantId, key, body).then(
+        (res) => `answered ${res.status}`,
+        () => 'connection lost',
+      );
+      const waiting = await locker.waiters(10_000);
+      expect(waiting).toBe(1);
 
-    // Hold the handler inside its transaction: its payment insert waits on this lock.
-    const locker: pg.Client = await connectPostgresOrFail();
-    await locker.query('BEGIN');
-    await locker.query(`LOCK TABLE "${schema}".payments IN EXCLUSIVE MODE`);
-    const pending = post(first, tenantId, key, body).then(
-      (res) => `answered ${res.status}`,
-      () => 'connection lost',
-    );
-    const waiting = await waitForLockWaiters(locker, schema, 'payments', 10_000);
-    expect(waiting).toBe(1);
+      const exited = new Promise((resolve) => first.child.once('exit', resolve));
+      first.child.kill('SIGKILL');
+      await exited;
+      await locker.release();
+      expect(await pending).toBe('connection lost');
+      expect(await count('orders', tenantId)).toBe(0);
+      expect(await count('payments', tenantId)).toBe(0);
 
-    const exited = new Promise((resolve) => first.child.once('exit', resolve));
-    first.child.kill('SIGKILL');
-    await exited;
-    await locker.query('ROLLBACK');
-    await locker.end();
-    expect(await pending).toBe('connection lost');
-    expect(await count('orders', tenantId)).toBe(0);
-    expect(await count('payments', tenantId)).toBe(0);
+      const second = await startOrdersProcess({ env });
+      processes.push(second);
+      await new Promise((r) => setTimeout(r, LEASE_MS + 300));
+      const retry = await post(second, tenantId, key, body);
+      expect(retry.status).toBe(201);
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      const created = (await retry.json()) as { id: string };
+      expect(await count('orders', tenantId)).toBe(1);
+      expect(await count('payments', tenantId)).toBe(1);
 
-    const second = await startOrdersProcess({ env });
-    processes.push(second);
-    await new Promise((r) => setTimeout(r, LEASE_MS + 300));
-    const retry = await post(second, tenantId, key, body);
-    expect(retry.status).toBe(201);
-    expect(retry.headers.get('idempotent-replayed')).toBeNull();
-    const created = (await retry.json()) as { id: string };
-    expect(await count('orders', tenantId)).toBe(1);
-    expect(await count('payments', tenantId)).toBe(1);
-    expect(await idempotencyTableKind(schema)).toBe(expectedTableKind(tableEnv));
-
-    const again = await post(second, tenantId, key, body);
-    expect(again.status).toBe(201);
-    expect(again.headers.get('idempotent-replayed')).toBe('true');
-    expect(((await again.json()) as { id: string }).id).toBe(created.id);
-  }, 60_000);
-});
+      const again = await post(second, tenantId, key, body);
+      expect(again.status).toBe(201);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(((await again.json()) as { id: string }).id).toBe(created.id);
+    }, 60_000);
+  },
+);

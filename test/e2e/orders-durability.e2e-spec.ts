@@ -6,17 +6,10 @@ import type { INestApplication } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { createOrdersApp } from '../../apps/orders/src/app.factory.js';
 import { send, type HttpResult } from '../support/http/send.js';
-import {
-  connectPostgresOrFail,
-  dropSchema,
-  queryTestDatabase,
-  TEST_DATABASE_URL,
-  throwawaySchemaName,
-} from '../support/servers/postgres.js';
+import { ordersDatabases, type OrdersDatabase, type OrdersTable } from '../support/orders/orders-databases.js';
 import { openRedis } from '../support/servers/redis.js';
 import { startRedisServer, type ThrowawayRedis } from '../support/servers/redis-server.js';
 import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
-import { expectedTableKind, idempotencyTableKind, idempotencyTables } from '../support/orders/backends.js';
 import { newTenant, orderBody } from '../support/orders/orders-fixtures.js';
 import { waitUntil } from '../support/timing.js';
 
@@ -37,24 +30,21 @@ const expectReplayOf = (retry: HttpResult, first: HttpResult) => {
   expect(retry.body.equals(first.body)).toBe(true);
 };
 
-describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sample service, %s)', (_table, tableEnv) => {
+describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)', (name, openDatabase) => {
   let redis: ThrowawayRedis;
   let proxy: TcpProxy;
-  let schema: string;
+  let db: OrdersDatabase;
   let env: NodeJS.ProcessEnv;
   let app: INestApplication | undefined;
   let url: string;
 
   const order = (tenantId: string, key: string, body: unknown) =>
     send(url, '/orders', { key, body, headers: { 'X-Tenant-ID': tenantId } });
-  const count = async (
-    table: 'orders' | 'payments' | 'idempotency_records' | 'order_notifications',
-    tenantId?: string,
-  ) => {
-    const where = tenantId && table !== 'idempotency_records' ? ` WHERE tenant_id = '${tenantId}'` : '';
-    const rows = await queryTestDatabase<{ n: string }>(`SELECT count(*) AS n FROM "${schema}".${table}${where}`);
-    return Number(rows[0].n);
-  };
+  const count = (table: OrdersTable, tenantId?: string) => db.count(table, tenantId);
+  // Before Redis loses its data: the order's confirmation job (BullMQ, on that Redis) has run, or
+  // it would be lost with it, and a later test would wait for a confirmation that never comes.
+  const confirmed = (tenantId: string) =>
+    waitUntil(async () => (await count('order_notifications', tenantId)) === 1, 10_000, 'the order is confirmed');
   const restartApp = async () => {
     await app?.close();
     app = await createOrdersApp({ env, logger: false });
@@ -62,24 +52,21 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
   };
 
   beforeAll(async () => {
-    await (await connectPostgresOrFail()).end();
+    db = await openDatabase('durable_e2e');
     redis = await startRedisServer();
-    proxy = await startTcpProxy(Number(new URL(TEST_DATABASE_URL).port || 5432));
-    schema = throwawaySchemaName('durable_e2e');
-    const viaProxy = new URL(TEST_DATABASE_URL);
-    viaProxy.port = String(proxy.port);
-    env = { DATABASE_URL: viaProxy.toString(), DATABASE_SCHEMA: schema, REDIS_URL: redis.url, ...tableEnv };
+    proxy = await startTcpProxy(db.port);
+    env = { ...db.env(proxy.port), REDIS_URL: redis.url };
     await restartApp();
   });
   afterAll(async () => {
     await app?.close();
     await proxy?.close();
     await redis?.stop();
-    if (schema) await dropSchema(schema);
+    await db?.drop();
   });
 
   it('runs on the idempotency table its environment asks for', async () => {
-    expect(await idempotencyTableKind(schema)).toBe(expectedTableKind(tableEnv));
+    expect(await db.partitionedIdempotencyTable()).toBe(name.includes('partitioned'));
   });
 
   it('FLUSHALL between the order and its retry: the durable record replays; one order, one charge', async () => {
@@ -88,6 +75,7 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
     const body = orderBody();
     const first = await order(tenantId, key, body);
     expect(first.status).toBe(201);
+    await confirmed(tenantId);
     const client = await openRedis(redis.url);
     await client.flushall();
     client.disconnect();
@@ -104,6 +92,7 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
     const body = orderBody();
     const first = await order(tenantId, key, body);
     expect(first.status).toBe(201);
+    await confirmed(tenantId);
     const port = redis.port;
     await redis.stop();
     redis = await startRedisServer({ port });
@@ -131,6 +120,7 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
     const tenantId = newTenant();
     const key = randomUUID();
     await order(tenantId, key, orderBody({ currency: 'USD' }));
+    await confirmed(tenantId);
     const client = await openRedis(redis.url);
     await client.flushall();
     client.disconnect();
@@ -152,12 +142,12 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
       'every earlier order is confirmed',
     );
     const records = await count('idempotency_records');
-    await queryTestDatabase(`ALTER TABLE "${schema}".payments RENAME TO payments_away`);
+    await db.renameTable('payments', 'payments_away');
     let failed: HttpResult;
     try {
       failed = await order(tenantId, key, body);
     } finally {
-      await queryTestDatabase(`ALTER TABLE "${schema}".payments_away RENAME TO payments`);
+      await db.renameTable('payments_away', 'payments');
     }
     expect(failed.status).toBe(500);
     expect(await count('orders', tenantId)).toBe(0);
@@ -169,7 +159,7 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
     expect(await count('payments', tenantId)).toBe(1);
   });
 
-  it('PostgreSQL unreachable on the durable route: 503, the handler does not run, nothing half-written', async () => {
+  it('the database unreachable on the durable route: 503, the handler does not run, nothing half-written', async () => {
     const tenantId = newTenant();
     const key = randomUUID();
     const body = orderBody();
@@ -184,7 +174,7 @@ describe.each(idempotencyTables)('durable authority on PostgreSQL + Redis (sampl
     expect(refused.json().code).toBe('idempotency_store_unavailable');
     expect(Number(refused.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
     expect(await count('orders', tenantId)).toBe(0);
-    // The fast claim was released: the retry, once PostgreSQL is back, runs as a fresh request.
+    // The fast claim was released: the retry, once the database is back, runs as a fresh request.
     let retry = await order(tenantId, key, body);
     for (let i = 0; i < 20 && retry.status === 503; i++) {
       await new Promise((r) => setTimeout(r, 100));

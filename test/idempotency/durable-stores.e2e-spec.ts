@@ -7,6 +7,7 @@ import { DataSource, type DataSourceOptions, type EntityManager } from 'typeorm'
 import {
   DurableIdempotencyStore,
   IdempotencyConfigurationError,
+  IdempotencyIsolationError,
   IdempotencyStoreError,
   type ClaimRequest,
   type DurableTransaction,
@@ -21,6 +22,7 @@ import {
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
   IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
   IdempotencyRecordEntity,
+  MysqlIdempotencyRecordEntity,
   SqliteIdempotencyRecordEntity,
   TypeOrmIdempotencyStore,
   idempotencyTypeOrmEntities,
@@ -44,15 +46,25 @@ import {
   type RowDamage,
 } from 'nestjs-idempotency/testing';
 import { sleep } from '../support/timing.js';
+import {
+  connectMariadbOrFail,
+  createMariadbDatabase,
+  dropMariadbDatabase,
+  mariadbUrl,
+  queryMariadb,
+} from '../support/servers/mariadb.js';
 
 /** "Fast": an unreachable database answers with an error well within a request's budget. */
 const FAST_MS = 2_000;
 
-type Dialect = 'postgres' | 'sqljs';
+type Dialect = 'postgres' | 'sqljs' | 'mysql';
 
-/** Parameters of raw test SQL: written `$1`, sql.js is given `?1`. */
-const placeholders = (dialect: Dialect, sql: string): string =>
-  dialect === 'postgres' ? sql : sql.replace(/\$(\d+)/g, '?$1');
+/** Raw test SQL, written for PostgreSQL: sql.js is given `?1`, MySQL `?` and a backquoted `key`. */
+const placeholders = (dialect: Dialect, sql: string): string => {
+  if (dialect === 'postgres') return sql;
+  if (dialect === 'sqljs') return sql.replace(/\$(\d+)/g, '?$1');
+  return sql.replaceAll('"key"', '`key`').replace(/\$\d+/g, '?');
+};
 
 const DAMAGE_SQL: Record<RowDamage, string> = {
   'unknown state': `SET state = 'done'`,
@@ -169,8 +181,31 @@ function sqljsOptions(overrides: Partial<DataSourceOptions> = {}): DataSourceOpt
   } as DataSourceOptions;
 }
 
+function mariadbOptions(database: string, overrides: Partial<DataSourceOptions> = {}): DataSourceOptions {
+  return {
+    type: 'mariadb',
+    url: mariadbUrl(database),
+    entities: idempotencyTypeOrmEntities('mariadb'),
+    migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+    connectTimeout: 3_000,
+    logging: false,
+    ...overrides,
+  } as DataSourceOptions;
+}
+
 async function createBusinessTable(dataSource: DataSource): Promise<void> {
   await dataSource.query('CREATE TABLE business_rows (id varchar(64) PRIMARY KEY)');
+}
+
+/** An initialized DataSource whose migrations ran (both of them, in order) and a business table. */
+async function openMigrated(options: DataSourceOptions): Promise<DataSource> {
+  const dataSource = await new DataSource(options).initialize();
+  expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
+    'CreateIdempotencyRecords1764100000000',
+    'AddIdempotencyRecordsInProgressIndex1764150000000',
+  ]);
+  await createBusinessTable(dataSource);
+  return dataSource;
 }
 
 /** The harness of the contract over one DataSource. */
@@ -203,7 +238,7 @@ function harness(
     damage: async (key, damage) => {
       await query(`UPDATE idempotency_records ${DAMAGE_SQL[damage]} WHERE "key" = $1`, [key]);
     },
-    locking: dialect === 'postgres' ? 'row-locks' : 'exclusive',
+    locking: dialect === 'sqljs' ? 'exclusive' : 'row-locks',
     cleanup: async () => {
       await query('DELETE FROM idempotency_records');
       await query('DELETE FROM business_rows');
@@ -776,16 +811,246 @@ describe('TypeOrmIdempotencyStore on sql.js: specifics', () => {
   });
 });
 
+describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
+  let database: string;
+  let dataSource: DataSource;
+
+  beforeAll(async () => {
+    await (await connectMariadbOrFail()).end();
+    database = await createMariadbDatabase('durable');
+    dataSource = await openMigrated(mariadbOptions(database));
+  });
+
+  afterAll(async () => {
+    await dataSource?.destroy();
+    if (database) await dropMariadbDatabase(database);
+  });
+
+  describeDurableStoreContract('TypeOrmIdempotencyStore (MariaDB)', async () => harness('mysql', dataSource, {}));
+
+  describe('schema', () => {
+    afterEach(() => dataSource.query('DELETE FROM idempotency_records'));
+
+    it('creates the declared column types (binary-collated key and tokens), the primary key and both indexes', async () => {
+      const columns = await queryMariadb<{ name: string; type: string; nullable: string; collation: string | null }>(
+        `SELECT column_name AS name, column_type AS type, is_nullable AS nullable, collation_name AS collation
+           FROM information_schema.columns WHERE table_schema = ? AND table_name = 'idempotency_records'`,
+        [database],
+      );
+      expect(Object.fromEntries(columns.map((c) => [c.name, [c.type, c.nullable, c.collation]]))).toEqual({
+        key: ['varchar(64)', 'NO', 'ascii_bin'],
+        state: ['varchar(16)', 'NO', expect.any(String)],
+        fingerprint: ['varchar(64)', 'NO', 'ascii_bin'],
+        owner_token: ['varchar(64)', 'NO', 'ascii_bin'],
+        fencing_token: [expect.stringMatching(/^int/), 'NO', null],
+        created_at_ms: [expect.stringMatching(/^bigint/), 'NO', null],
+        lease_expires_at_ms: [expect.stringMatching(/^bigint/), 'NO', null],
+        expires_at_ms: [expect.stringMatching(/^bigint/), 'NO', null],
+        response_status: [expect.stringMatching(/^int/), 'YES', null],
+        response_headers: ['text', 'YES', expect.any(String)],
+        response_body: ['longblob', 'YES', null],
+        response_body_omitted: ['tinyint(1)', 'NO', null],
+      });
+      const indexes = await queryMariadb<{ name: string; columns: string }>(
+        `SELECT index_name AS name, GROUP_CONCAT(column_name ORDER BY seq_in_index) AS columns
+           FROM information_schema.statistics WHERE table_schema = ? AND table_name = 'idempotency_records'
+           GROUP BY index_name ORDER BY index_name`,
+        [database],
+      );
+      expect(indexes).toEqual([
+        { name: IDEMPOTENCY_RECORDS_EXPIRES_INDEX, columns: 'expires_at_ms' },
+        { name: IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, columns: 'state,created_at_ms' },
+        { name: 'PRIMARY', columns: 'key' },
+      ]);
+    });
+
+    it('matches the entity: the schema builder finds nothing to change after the migration', async () => {
+      const pending = await dataSource.driver.createSchemaBuilder().log();
+      expect(pending.upQueries.map((q) => q.query)).toEqual([]);
+    });
+
+    it('runs down (dropping the index, then the table) and up again, in a database of its own', async () => {
+      const own = await createMariadbDatabase('durable');
+      const other = new DataSource(mariadbOptions(own));
+      try {
+        await other.initialize();
+        await other.runMigrations();
+        await other.undoLastMigration();
+        await other.undoLastMigration();
+        expect(
+          await queryMariadb(
+            `SELECT 1 FROM information_schema.tables WHERE table_schema = ? AND table_name = 'idempotency_records'`,
+            [own],
+          ),
+        ).toHaveLength(0);
+        await other.runMigrations();
+        expect((await new TypeOrmIdempotencyStore(other).claim(newId(), claimRequest())).kind).toBe('claimed');
+      } finally {
+        await other.destroy();
+        await dropMariadbDatabase(own);
+      }
+    });
+
+    it('maps the table with MysqlIdempotencyRecordEntity: epoch ms as numbers, the body as a Buffer', async () => {
+      await expectEntityReadsStoredRecord(dataSource, MysqlIdempotencyRecordEntity);
+    });
+
+    it('stores a body larger than a blob (64 KiB) byte for byte', async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource);
+      const key = newId();
+      const claimed = await store.claim(key, claimRequest());
+      const body = Buffer.alloc(200_000, 0xfe);
+      expect(await store.complete(key, claimed.record.ownerToken, sampleResponse({ body }))).toBe(true);
+      expect((await store.get(key))?.response?.body?.equals(body)).toBe(true);
+    });
+
+    it('answers a store error that says how to create the table when it is missing', async () => {
+      const empty = await createMariadbDatabase('durable');
+      const other = new DataSource(mariadbOptions(empty));
+      try {
+        await other.initialize();
+        await expectEveryOperationFailsFast(new TypeOrmIdempotencyStore(other), /IDEMPOTENCY_TYPEORM_MIGRATIONS/);
+      } finally {
+        await other.destroy();
+        await dropMariadbDatabase(empty);
+      }
+    });
+  });
+
+  describe('InnoDB locking under concurrency (REPEATABLE READ, the server default), and the route transaction', () => {
+    afterEach(() => dataSource.query('DELETE FROM idempotency_records'));
+
+    /** Claims `key` in a transaction, holds it `holdMs`, completes and commits: what a route does. */
+    const claimAndCommit = async (store: TypeOrmIdempotencyStore, key: string, holdMs: number) => {
+      const result = await store.claimInTransaction(key, claimRequest());
+      if (result.kind !== 'claimed') return result.kind;
+      await result.transaction.savepoint();
+      await sleep(holdMs);
+      expect(await result.transaction.complete(sampleResponse())).toBe(true);
+      await result.transaction.commit();
+      return 'claimed';
+    };
+
+    it('claims of 40 different keys at once, interleaved in the same index gaps, all succeed: no lock wait, no deadlock', async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 5_000 });
+      // Existing rows around the new keys: every new key lands in a gap next to a committed row.
+      for (const edge of ['10', '50', 'a0', 'f0']) await store.claim(`${edge}${newId().slice(2)}`, claimRequest());
+      const keys = Array.from({ length: 40 }, () => newId());
+      const answers = await Promise.all(keys.map((key) => claimAndCommit(store, key, 100)));
+      expect(answers).toEqual(keys.map(() => 'claimed'));
+      expect(await h(dataSource).countRows()).toBe(44);
+    });
+
+    it('20 claims of one key at once: exactly one runs; the others are busy or see it, none errs', async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_000 });
+      const key = newId();
+      const answers = await Promise.all(Array.from({ length: 20 }, () => claimAndCommit(store, key, 300)));
+      expect(answers.filter((a) => a === 'claimed')).toHaveLength(1);
+      expect(answers.every((a) => ['claimed', 'busy', 'existing'].includes(a))).toBe(true);
+    });
+
+    it('waiters of a claim that rolls back: one inserts, the other is busy (InnoDB deadlock 1213) or waits for it', async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 5_000 });
+      const key = newId();
+      const first = await store.claimInTransaction(key, claimRequest());
+      if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+      const waiters = Array.from({ length: 3 }, () => claimAndCommit(store, key, 200));
+      await sleep(200);
+      await first.transaction.rollback();
+      const answers = await Promise.all(waiters);
+      expect(answers.filter((a) => a === 'claimed')).toHaveLength(1);
+      expect(answers.every((a) => ['claimed', 'busy', 'existing'].includes(a))).toBe(true);
+      expect((await store.get(key))?.state).toBe('completed');
+    });
+
+    it.each([
+      ['the server default (REPEATABLE READ)', undefined],
+      ['READ COMMITTED, asked by the route', 'READ COMMITTED' as const],
+    ])(
+      'refuses a stronger isolation level asked inside the route at %s (IdempotencyIsolationError); a weaker one is a savepoint',
+      async (_name, isolationLevel) => {
+        const store = new TypeOrmIdempotencyStore(dataSource);
+        const result = await store.claimInTransaction(newId(), claimRequest(), { isolationLevel, label: 'POST /x' });
+        if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+        const manager = result.transaction.manager as EntityManager;
+        try {
+          await expect(manager.transaction('SERIALIZABLE', async () => undefined)).rejects.toBeInstanceOf(
+            IdempotencyIsolationError,
+          );
+          await expect(manager.transaction('READ UNCOMMITTED', async () => 'nested')).resolves.toBe('nested');
+        } finally {
+          await result.transaction.rollback();
+        }
+      },
+    );
+
+    it("outsideWrites 'throw': an entity write on another connection while the route runs is refused before it runs", async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource, { outsideWrites: 'throw' });
+      const result = await store.claimInTransaction(newId(), claimRequest(), { label: 'POST /x' });
+      if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+      const outside = newId();
+      const write = () =>
+        dataSource.getRepository(MysqlIdempotencyRecordEntity).insert({
+          key: outside,
+          state: 'in_progress',
+          fingerprint: 'f',
+          ownerToken: 't',
+          fencingToken: 1,
+          createdAtMs: 1,
+          leaseExpiresAtMs: 1,
+          expiresAtMs: 1,
+          responseStatus: null,
+          responseHeaders: null,
+          responseBody: null,
+          responseBodyOmitted: false,
+        });
+      try {
+        await expect(result.transaction.run(write)).rejects.toThrow(
+          /POST \/x: a write to idempotency_records ran outside/,
+        );
+      } finally {
+        await result.transaction.rollback();
+      }
+      expect(await h(dataSource).countRows()).toBe(0);
+    });
+
+    it('a deadlock (1213) inside the handler is a serialization failure: the engine answers 503 and rolls back', async () => {
+      const store = new TypeOrmIdempotencyStore(dataSource);
+      const [a, b] = [newId(), newId()];
+      await dataSource.query('INSERT INTO business_rows (id) VALUES (?), (?)', [a, b]);
+      const [one, two] = await Promise.all(
+        [newId(), newId()].map((key) => store.claimInTransaction(key, claimRequest())),
+      );
+      if (one.kind !== 'claimed' || two.kind !== 'claimed') throw new Error('expected two claims');
+      const lock = (t: typeof one.transaction, id: string) =>
+        (t.manager as EntityManager).query('SELECT id FROM business_rows WHERE id = ? FOR UPDATE', [id]);
+      await lock(one.transaction, a);
+      await lock(two.transaction, b);
+      const crossed = await Promise.allSettled([lock(one.transaction, b), lock(two.transaction, a)]);
+      const failure = crossed.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+      expect(store.isSerializationFailure(failure.reason)).toBe(true);
+      expect(store.isSerializationFailure(new Error('Lock wait timeout exceeded'))).toBe(false);
+      await one.transaction.rollback();
+      await two.transaction.rollback();
+    });
+  });
+});
+
+/** The harness of the MariaDB suite, for its row counts. */
+const h = (dataSource: DataSource) => harness('mysql', dataSource, {});
+
 describe('TypeORM entry point', () => {
   it('refuses a DataSource type it does not support with an IdempotencyConfigurationError', () => {
-    const mysql = { options: { type: 'mysql' } } as unknown as DataSource;
-    expect(() => new TypeOrmIdempotencyStore(mysql)).toThrow(IdempotencyConfigurationError);
-    expect(() => idempotencyTypeOrmEntities('mysql')).toThrow(IdempotencyConfigurationError);
+    const mssql = { options: { type: 'mssql' } } as unknown as DataSource;
+    expect(() => new TypeOrmIdempotencyStore(mssql)).toThrow(IdempotencyConfigurationError);
+    expect(() => idempotencyTypeOrmEntities('mssql')).toThrow(IdempotencyConfigurationError);
   });
 
   it('gives the entity with the right binary column for each supported type', () => {
     expect(idempotencyTypeOrmEntities('postgres')).toEqual([IdempotencyRecordEntity]);
     expect(idempotencyTypeOrmEntities('sqljs')).toEqual([SqliteIdempotencyRecordEntity]);
+    expect(idempotencyTypeOrmEntities('mysql')).toEqual([MysqlIdempotencyRecordEntity]);
+    expect(idempotencyTypeOrmEntities('mariadb')).toEqual([MysqlIdempotencyRecordEntity]);
     expect(IDEMPOTENCY_TYPEORM_ENTITIES).toEqual([IdempotencyRecordEntity]);
     expect(IDEMPOTENCY_TYPEORM_MIGRATIONS).toEqual([
       CreateIdempotencyRecords1764100000000,

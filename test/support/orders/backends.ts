@@ -1,13 +1,7 @@
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  connectPostgresOrFail,
-  dropSchema,
-  queryTestDatabase,
-  TEST_DATABASE_URL,
-  throwawaySchemaName,
-} from '../servers/postgres.js';
+import { connectPostgresOrFail, dropSchema, TEST_DATABASE_URL, throwawaySchemaName } from '../servers/postgres.js';
 import { connectRedisOrFail, TEST_REDIS_URL } from '../servers/redis.js';
 
 /** The backends the orders service's suites run on: PostgreSQL + Redis, and the embedded defaults. */
@@ -47,27 +41,3 @@ export const backends: [string, () => Promise<Backend>][] = [
     },
   ],
 ];
-
-/**
- * The durable table's two shapes on PostgreSQL, as the environment of the service: the default
- * table, and the table partitioned by creation time (`IDEMPOTENCY_PARTITION_MS`, the narrowest
- * partitions the store takes, so that a suite's claims cross partition edges).
- */
-export const idempotencyTables: [string, Record<string, string>][] = [
-  ['default idempotency table', {}],
-  ['partitioned idempotency table', { IDEMPOTENCY_PARTITION_MS: '1000' }],
-];
-
-/** The kind of table the service created for its records in `schema`: 'p' partitioned, 'r' plain. */
-export async function idempotencyTableKind(schema: string): Promise<string | undefined> {
-  const rows = await queryTestDatabase<{ relkind: string }>(
-    `SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      WHERE n.nspname = $1 AND c.relname = 'idempotency_records'`,
-    [schema],
-  );
-  return rows[0]?.relkind;
-}
-
-/** The table kind `idempotencyTableKind` finds for the environment of `idempotencyTables`. */
-export const expectedTableKind = (tableEnv: Record<string, string>): string =>
-  tableEnv.IDEMPOTENCY_PARTITION_MS === undefined ? 'r' : 'p';

@@ -20,6 +20,11 @@ function protocolOf(raw: unknown): string | undefined {
   }
 }
 
+/** `a, b or c`. */
+function listOf(items: string[]): string {
+  return items.length === 1 ? items[0] : `${items.slice(0, -1).join(', ')} or ${items.at(-1)}`;
+}
+
 /** A whole number written in decimal digits, from `min` to `max` (`1e3`, `3000.5`, `-1` are refused). */
 export const IsIntegerString = (min: number, max: number): PropertyDecorator =>
   ValidateBy({
@@ -32,13 +37,13 @@ export const IsIntegerString = (min: number, max: number): PropertyDecorator =>
   });
 
 /** A URL whose scheme is one of `schemes` (`['redis', 'rediss']`); the message masks its password. */
-export const IsUrlWithScheme = (schemes: [string, string]): PropertyDecorator =>
+export const IsUrlWithScheme = (schemes: [string, string, ...string[]]): PropertyDecorator =>
   ValidateBy({
     name: 'isUrlWithScheme',
     validator: {
       validate: (value: unknown) => schemes.some((scheme) => protocolOf(value) === `${scheme}:`),
       defaultMessage: ({ property, value }: ValidationArguments) =>
-        `${property} must be ${/^[aeiou]/.test(schemes[0]) ? 'an' : 'a'} ${schemes[0]}:// or ${schemes[1]}:// URL (got ${describeUrl(value)})`,
+        `${property} must be ${/^[aeiou]/.test(schemes[0]) ? 'an' : 'a'} ${listOf(schemes.map((scheme) => `${scheme}://`))} URL (got ${describeUrl(value)})`,
     },
   });
 
@@ -61,5 +66,19 @@ export const Requires = (other: string, why = ''): PropertyDecorator =>
       validate: (_value: unknown, { object }: ValidationArguments) =>
         (object as Record<string, unknown>)[other] !== undefined,
       defaultMessage: ({ property }: ValidationArguments) => `${property} needs ${other}${why}`,
+    },
+  });
+
+/** Set only when `other` is a URL of one of `schemes` (`DATABASE_SCHEMA` is PostgreSQL's). */
+export const RequiresScheme = (other: string, schemes: string[], why = ''): PropertyDecorator =>
+  ValidateBy({
+    name: 'requiresScheme',
+    validator: {
+      validate: (_value: unknown, { object }: ValidationArguments) => {
+        const protocol = protocolOf((object as Record<string, unknown>)[other]);
+        return protocol === undefined || schemes.some((scheme) => protocol === `${scheme}:`);
+      },
+      defaultMessage: ({ property }: ValidationArguments) =>
+        `${property} needs a ${listOf(schemes.map((scheme) => `${scheme}://`))} ${other}${why}`,
     },
   });

@@ -201,13 +201,27 @@ describe('validateOrdersEnvironment (the class-validator schema and its namespac
     expect(parseOrdersConfig({ PORT: '0' }).http.port).toBe(0);
   });
 
-  it('refuses a DATABASE_URL that is not PostgreSQL, without echoing its password', () => {
-    const problems = problemsOf({ DATABASE_URL: 'mysql://root:hunter2@db/orders' });
+  it('refuses a DATABASE_URL that is neither PostgreSQL nor MySQL, without echoing its password', () => {
+    const problems = problemsOf({ DATABASE_URL: 'mssql://sa:hunter2@db/orders' });
     expect(problems).toEqual([
-      'DATABASE_URL must be a postgres:// or postgresql:// URL (got "mysql://root:***@db/orders")',
+      'DATABASE_URL must be a postgres://, postgresql://, mysql:// or mariadb:// URL (got "mssql://sa:***@db/orders")',
     ]);
     expect(problemsOf({ DATABASE_URL: 'not a url' })).toEqual([
-      'DATABASE_URL must be a postgres:// or postgresql:// URL (got a value that is not a URL)',
+      'DATABASE_URL must be a postgres://, postgresql://, mysql:// or mariadb:// URL (got a value that is not a URL)',
+    ]);
+  });
+
+  it('uses MySQL / MariaDB for a mysql:// or mariadb:// DATABASE_URL, and refuses a DATABASE_SCHEMA with it', () => {
+    expect(parseOrdersConfig({ DATABASE_URL: 'mysql://app:secret@db:3306/orders' }).database).toEqual({
+      kind: 'mysql',
+      url: 'mysql://app:secret@db:3306/orders',
+    });
+    expect(parseOrdersConfig({ DATABASE_URL: 'mariadb://db/orders' }).database).toEqual({
+      kind: 'mysql',
+      url: 'mariadb://db/orders',
+    });
+    expect(problemsOf({ DATABASE_URL: 'mysql://db/orders', DATABASE_SCHEMA: 'orders' })).toEqual([
+      'DATABASE_SCHEMA needs a postgres:// or postgresql:// DATABASE_URL: MySQL has no schemas inside a database',
     ]);
   });
 

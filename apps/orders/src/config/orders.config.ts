@@ -99,6 +99,11 @@ export type DatabaseConfig =
       idempotencyPartitionMs?: number;
     }
   | {
+      kind: 'mysql';
+      /** `mysql://` or `mariadb://` connection URL, as given; its path names the database that holds every table. */
+      url: string;
+    }
+  | {
       kind: 'embedded';
       /** Absolute path of the sql.js database file (created on first start). */
       file: string;
@@ -178,16 +183,17 @@ export function validateOrdersEnvironment(variables: EnvironmentVariables, cwd: 
 }
 
 function databaseOf(env: OrdersEnvironment, cwd: string): DatabaseConfig {
-  return env.DATABASE_URL !== undefined
-    ? {
+  if (env.DATABASE_URL === undefined) return { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
+  return /^(mysql|mariadb):/.test(env.DATABASE_URL)
+    ? { kind: 'mysql', url: env.DATABASE_URL }
+    : {
         kind: 'postgres',
         url: env.DATABASE_URL,
         schema: env.DATABASE_SCHEMA ?? 'public',
         ...(env.IDEMPOTENCY_PARTITION_MS !== undefined && {
           idempotencyPartitionMs: Number(env.IDEMPOTENCY_PARTITION_MS),
         }),
-      }
-    : { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
+      };
 }
 
 /** The levels Nest should print for a minimum level: `warn` → fatal, error, warn. */
@@ -200,7 +206,9 @@ export function describeBackends(config: Pick<OrdersConfig, 'database' | 'fastSt
   const db =
     config.database.kind === 'postgres'
       ? `PostgreSQL ${redactUrl(config.database.url)} (schema "${config.database.schema}")`
-      : `embedded sql.js file ${config.database.file}`;
+      : config.database.kind === 'mysql'
+        ? `MySQL / MariaDB ${redactUrl(config.database.url)}`
+        : `embedded sql.js file ${config.database.file}`;
   const store =
     config.fastStore.kind === 'redis' ? `Redis ${redactUrl(config.fastStore.url)}` : 'in-memory (this process only)';
   const { rabbitmq } = config.queue;

@@ -1,7 +1,7 @@
 import type { LogLevel } from '@nestjs/common';
 import { Expose, plainToInstance, Transform } from 'class-transformer';
 import { IsIn, IsOptional, Matches, MinLength, validateSync, type ValidationArguments } from 'class-validator';
-import { IsBaseUri, IsIntegerString, IsUrlWithScheme, Requires } from './env-constraints.js';
+import { IsBaseUri, IsIntegerString, IsUrlWithScheme, Requires, RequiresScheme } from './env-constraints.js';
 
 /** The variables the service reads: `process.env`, or any object in tests. */
 export type EnvironmentVariables = Record<string, string | undefined>;
@@ -22,10 +22,12 @@ export class OrdersEnvironment {
   @Expose() @IsIntegerString(0, 65535) PORT = '3000';
   @Expose() HOST = '0.0.0.0';
 
-  @Expose() @IsOptional() @IsUrlWithScheme(['postgres', 'postgresql']) DATABASE_URL?: string;
+  @Expose() @IsOptional() @IsUrlWithScheme(['postgres', 'postgresql', 'mysql', 'mariadb']) DATABASE_URL?: string;
+  /** PostgreSQL only: on MySQL / MariaDB the database in `DATABASE_URL` holds the tables. */
   @Expose()
   @IsOptional()
   @Requires('DATABASE_URL', ': the embedded database has no schemas')
+  @RequiresScheme('DATABASE_URL', ['postgres', 'postgresql'], ': MySQL has no schemas inside a database')
   @Matches(/^[a-z_][a-z0-9_]{0,62}$/, {
     message: (args) => `DATABASE_SCHEMA must be a lower-case SQL identifier of at most 63 characters ${got(args)}`,
   })

@@ -13,13 +13,16 @@ import { atomicFileSaver } from './sqljs-file.js';
 /** Entities of the service (the idempotency record's entity is added per database type). */
 export const ORDERS_ENTITIES = [Order, OrderItem, Payment, PaymentEvent, OutboxEvent, OrderNotification];
 
+/** The TypeORM driver of each kind of database. */
+const DATA_SOURCE_TYPE = { postgres: 'postgres', mysql: 'mysql', embedded: 'sqljs' } as const;
+
 /**
  * TypeORM options for the configured database. Migrations are run by `migrateDatabase()`
  * (under an advisory lock), never by `migrationsRun` or `synchronize`.
  */
 export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOptions {
   const common = {
-    entities: [...ORDERS_ENTITIES, ...idempotencyTypeOrmEntities(database.kind === 'postgres' ? 'postgres' : 'sqljs')],
+    entities: [...ORDERS_ENTITIES, ...idempotencyTypeOrmEntities(DATA_SOURCE_TYPE[database.kind])],
     migrations:
       database.kind === 'postgres' && database.idempotencyPartitionMs !== undefined
         ? ORDERS_MIGRATIONS_PARTITIONED
@@ -39,6 +42,10 @@ export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOption
       // Unqualified names in raw SQL (and the migrations table) land in the same schema.
       extra: { options: `-c search_path=${database.schema}`, connectionTimeoutMillis: 5000 },
     };
+  }
+  if (database.kind === 'mysql') {
+    // mysql2 serves MySQL and MariaDB alike; TypeORM's 'mariadb' only tunes a few MariaDB features.
+    return { ...common, type: DATA_SOURCE_TYPE.mysql, url: database.url, connectTimeout: 5000 };
   }
   return {
     ...common,

@@ -12,7 +12,7 @@ import { TransactionRunner } from './transaction-runner.js';
 import { transactionalAdapter } from './transactions.js';
 
 /**
- * The database: TypeORM on PostgreSQL or embedded sql.js, migrated before the first request.
+ * The database: TypeORM on PostgreSQL, MySQL / MariaDB or embedded sql.js, migrated before the first request.
  * `DataSource` (from TypeOrmModule), `TransactionHost` (from `@nestjs-cls/transactional`),
  * {@link TransactionRunner} and {@link Clock} are global.
  */
@@ -25,8 +25,8 @@ import { transactionalAdapter } from './transactions.js';
         const database = config.get('database', { infer: true });
         return {
           ...dataSourceOptionsFor(database),
-          // PostgreSQL may still be starting (docker compose up): retry for about 10 s.
-          retryAttempts: database.kind === 'postgres' ? 5 : 0,
+          // The database server may still be starting (docker compose up): retry for about 10 s.
+          retryAttempts: database.kind === 'embedded' ? 0 : 5,
           retryDelay: 2000,
         };
       },

@@ -21,7 +21,7 @@ const CLEANUP_BATCH = 500;
  * every `OUTBOX_POLL_MS`, so an event whose process died between its commit and its dispatch is
  * dispatched by the next scan of any instance.
  *
- * On PostgreSQL a relay claims its batch with `SELECT ... FOR UPDATE SKIP LOCKED` and marks it
+ * On PostgreSQL and MySQL a relay claims its batch with `SELECT ... FOR UPDATE SKIP LOCKED` and marks it
  * dispatched in the same transaction: relays of several instances share the pending events,
  * and one event is handed on by one relay at a time. (Still at least once: a relay that dies
  * after handing an event on and before its commit leaves it pending; the consumers' idempotency
@@ -107,7 +107,7 @@ export class OutboxRelay implements OnApplicationBootstrap, OnModuleDestroy {
   }
 
   private get locksRows(): boolean {
-    return this.database.kind === 'postgres';
+    return this.database.kind !== 'embedded';
   }
 
   private async drain(): Promise<void> {

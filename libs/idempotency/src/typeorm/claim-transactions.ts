@@ -70,6 +70,14 @@ export class ClaimTransactions {
     completion: (response: StoredResponse) => unknown[],
     options: DurableTransactionOptions,
   ): Promise<{ result: TransactionalClaimResult; ended?: Promise<void> }> {
+    if (this.db.dialect === 'mysql') {
+      const opened = await this.db.mysql.openClaim(key, request, options);
+      if ('result' in opened) return opened;
+      return this.openTransaction(key, request.ownerToken, opened.runner, undefined, opened.record, {
+        completion,
+        options,
+      });
+    }
     const runner = this.db.connect('claimInTransaction');
     const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
     let claimed: IdempotencyRecord | undefined;

@@ -4,6 +4,8 @@ import {
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
   IDEMPOTENCY_RECORDS_PRIMARY_KEY,
   IDEMPOTENCY_RECORDS_TABLE,
+  isMysqlDataSourceType,
+  isSupportedDataSourceType,
   unsupportedDataSourceType,
 } from './idempotency-record.entity.js';
 
@@ -13,17 +15,23 @@ const required = (name: string, type: string, length?: string): TableColumnOptio
   isNullable: false,
   ...(length !== undefined && { length }),
 });
+/** MySQL: key, tokens and fingerprints compare byte for byte (`ascii_bin`), never case-insensitively. */
+const binaryText = (column: TableColumnOptions, mysql: boolean): TableColumnOptions =>
+  mysql ? { ...column, charset: 'ascii', collation: 'ascii_bin' } : column;
+/** The body column's type: `bytea`, `longblob` (MySQL's `blob` stops at 64 KiB) or SQLite's `blob`. */
+const BODY_TYPE = { postgres: 'bytea', mysql: 'longblob', sqlite: 'blob' } as const;
 const optional = (name: string, type: string): TableColumnOptions => ({ name, type, isNullable: true });
 
 /**
- * Creates the durable table `idempotency_records` and its `expires_at_ms` index, on PostgreSQL
- * and on SQLite (sql.js). It creates exactly what the entities describe, so TypeORM's schema
+ * Creates the durable table `idempotency_records` and its `expires_at_ms` index, on PostgreSQL,
+ * MySQL / MariaDB and SQLite (sql.js). It creates exactly what the entities describe, so TypeORM's schema
  * diff finds nothing to change afterwards. Add it to your DataSource's `migrations` (with your
  * own, in any order: TypeORM orders them by the timestamp in the name) and run them as you run
  * yours. `down` drops the table with every record in it.
  *
  * Column types are the ones both databases share (`varchar(n)`, `integer`, `bigint`, `text`,
- * `boolean`); the body is `bytea` on PostgreSQL and `blob` on SQLite.
+ * `boolean`); the body is `bytea` on PostgreSQL, `longblob` on MySQL and `blob` on SQLite. On
+ * MySQL the key, owner token and fingerprint columns are `ascii` with the `ascii_bin` collation.
  *
  * @example
  * new DataSource({ ..., migrations: [...MY_MIGRATIONS, ...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
@@ -34,26 +42,30 @@ export class CreateIdempotencyRecords1764100000000 implements MigrationInterface
 
   async up(queryRunner: QueryRunner): Promise<void> {
     const type = queryRunner.dataSource.options.type;
-    if (type !== 'postgres' && type !== 'sqljs') throw unsupportedDataSourceType(type);
+    if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
+    const mysql = isMysqlDataSourceType(type);
     await queryRunner.createTable(
       new Table({
         name: IDEMPOTENCY_RECORDS_TABLE,
         columns: [
-          {
-            ...required('key', 'varchar', '64'),
-            isPrimary: true,
-            primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
-          },
+          binaryText(
+            {
+              ...required('key', 'varchar', '64'),
+              isPrimary: true,
+              primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+            },
+            mysql,
+          ),
           required('state', 'varchar', '16'),
-          required('fingerprint', 'varchar', '64'),
-          required('owner_token', 'varchar', '64'),
+          binaryText(required('fingerprint', 'varchar', '64'), mysql),
+          binaryText(required('owner_token', 'varchar', '64'), mysql),
           required('fencing_token', 'integer'),
           required('created_at_ms', 'bigint'),
           required('lease_expires_at_ms', 'bigint'),
           required('expires_at_ms', 'bigint'),
           optional('response_status', 'integer'),
           optional('response_headers', 'text'),
-          optional('response_body', type === 'postgres' ? 'bytea' : 'blob'),
+          optional('response_body', BODY_TYPE[type === 'postgres' ? 'postgres' : mysql ? 'mysql' : 'sqlite']),
           { ...required('response_body_omitted', 'boolean'), default: type === 'postgres' ? 'false' : '0' },
         ],
         indices: [new TableIndex({ name: IDEMPOTENCY_RECORDS_EXPIRES_INDEX, columnNames: ['expires_at_ms'] })],

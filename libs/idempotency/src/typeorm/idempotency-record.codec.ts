@@ -164,6 +164,13 @@ export function decodeRecord(row: Row): IdempotencyRecord {
   return record;
 }
 
+/** The one row of a key with the database's clock it was read by (`now_ms`), or undefined when there is none. */
+export function recordWithClock(rows: Row[]): { record: IdempotencyRecord; nowMs: number } | undefined {
+  if (rows.length === 0) return undefined;
+  const row = single(rows);
+  return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+}
+
 /** The listing entry of a row (with the database's clock it was read by), or undefined when the row cannot be read. */
 export function readableEntry(row: Row): InProgressEntry | undefined {
   try {

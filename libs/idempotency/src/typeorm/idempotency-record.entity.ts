@@ -21,17 +21,22 @@ export const IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX = 'IDX_idempotency_records_in
 export const IDEMPOTENCY_RECORDS_PRIMARY_KEY = 'PK_idempotency_records';
 
 /**
- * DataSource types the durable tier supports: PostgreSQL, and SQLite through sql.js for the
- * embedded mode. Others are refused with an `IdempotencyConfigurationError` rather than run
- * on SQL nobody tested there.
+ * DataSource types the durable tier supports: PostgreSQL, MySQL 8 and MariaDB 10.11+ (both
+ * through the `mysql2` driver), and SQLite through sql.js for the embedded mode. Others are
+ * refused with an `IdempotencyConfigurationError` rather than run on SQL nobody tested there.
  *
  * @publicApi
  */
-export type IdempotencyDataSourceType = 'postgres' | 'sqljs';
+export type IdempotencyDataSourceType = 'postgres' | 'mysql' | 'mariadb' | 'sqljs';
 
 /** @internal */
 export function isSupportedDataSourceType(type: DataSourceOptions['type']): type is IdempotencyDataSourceType {
-  return type === 'postgres' || type === 'sqljs';
+  return type === 'postgres' || isMysqlDataSourceType(type) || type === 'sqljs';
+}
+
+/** MySQL or MariaDB: TypeORM's two names for its `mysql2` driver. @internal */
+export function isMysqlDataSourceType(type: DataSourceOptions['type']): type is 'mysql' | 'mariadb' {
+  return type === 'mysql' || type === 'mariadb';
 }
 
 /**
@@ -151,6 +156,22 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 }
 
 /**
+ * The durable record on **MySQL / MariaDB** (`response_body` is `longblob`: a `blob` holds 64 KiB
+ * at most). Same table, same columns as {@link IdempotencyRecordEntity}.
+ *
+ * @example
+ * new DataSource({ type: 'mariadb', entities: [Order, MysqlIdempotencyRecordEntity], migrations: [...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
+ * @publicApi
+ */
+@Entity({ name: IDEMPOTENCY_RECORDS_TABLE })
+@Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
+@Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
+export class MysqlIdempotencyRecordEntity extends IdempotencyRecordColumns {
+  @Column({ name: 'response_body', type: 'longblob', nullable: true })
+  responseBody!: Buffer | null;
+}
+
+/**
  * The entities to register on a PostgreSQL DataSource.
  *
  * @example
@@ -160,8 +181,8 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 export const IDEMPOTENCY_TYPEORM_ENTITIES: [typeof IdempotencyRecordEntity] = [IdempotencyRecordEntity];
 
 /**
- * The entities to register for a DataSource of `type`, for applications that run on PostgreSQL
- * or on embedded sql.js depending on their configuration.
+ * The entities to register for a DataSource of `type`, for applications that run on PostgreSQL,
+ * MySQL / MariaDB or embedded sql.js depending on their configuration.
  *
  * @throws IdempotencyConfigurationError for a DataSource type the durable tier does not support.
  * @example
@@ -170,8 +191,9 @@ export const IDEMPOTENCY_TYPEORM_ENTITIES: [typeof IdempotencyRecordEntity] = [I
  */
 export function idempotencyTypeOrmEntities(
   type: DataSourceOptions['type'],
-): [typeof IdempotencyRecordEntity] | [typeof SqliteIdempotencyRecordEntity] {
+): [typeof IdempotencyRecordEntity] | [typeof MysqlIdempotencyRecordEntity] | [typeof SqliteIdempotencyRecordEntity] {
   if (type === 'postgres') return [IdempotencyRecordEntity];
+  if (isMysqlDataSourceType(type)) return [MysqlIdempotencyRecordEntity];
   if (type === 'sqljs') return [SqliteIdempotencyRecordEntity];
   throw unsupportedDataSourceType(type);
 }
@@ -179,6 +201,6 @@ export function idempotencyTypeOrmEntities(
 /** @internal */
 export function unsupportedDataSourceType(type: DataSourceOptions['type']): IdempotencyConfigurationError {
   return new IdempotencyConfigurationError(
-    `the durable idempotency tier supports DataSource types 'postgres' and 'sqljs', not '${type}'.`,
+    `the durable idempotency tier supports DataSource types 'postgres', 'mysql', 'mariadb' and 'sqljs', not '${type}'.`,
   );
 }

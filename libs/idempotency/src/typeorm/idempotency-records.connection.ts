@@ -18,12 +18,20 @@ import { ClaimTransactions } from './claim-transactions.js';
 import { decodeRecord, single, type Row } from './idempotency-record.codec.js';
 import { IDEMPOTENCY_RECORDS_TABLE } from './idempotency-record.entity.js';
 import {
+  mysqlStatementsFor,
+  MYSQL_NO_SUCH_TABLE,
+  mysqlErrno,
+  positional,
+  type MysqlStatements,
+} from './idempotency-records.mysql.js';
+import {
   LOCK_NOT_AVAILABLE,
   sqlState,
   statementsFor,
   type Dialect,
   type Statements,
 } from './idempotency-records.sql.js';
+import { MysqlRecords } from './mysql-records.js';
 import {
   HANDLER_SAVEPOINT,
   OpenTransactions,
@@ -40,8 +48,12 @@ export class IdempotencyRecordsConnection {
   /** Transactions opened by `transaction()` or a claim whose work has not settled yet, with their runner. */
   readonly openTransactions = new OpenTransactions();
   private readonly claims = new ClaimTransactions(this);
+  /** The writes MySQL and MariaDB make their own way (no RETURNING there). */
+  readonly mysql = new MysqlRecords(this);
   /** Built on first use: on PostgreSQL the schema is known once the DataSource is connected. */
   private statements?: Statements;
+  /** MySQL's own statements (no RETURNING there), built with `statements`. */
+  private mysqlStatements?: MysqlStatements;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -79,11 +91,11 @@ export class IdempotencyRecordsConnection {
   }
 
   /**
-   * BEGIN at the route's isolation level (PostgreSQL; SQLite's transactions on its one connection
-   * are serializable whatever is asked), and the guard against a stronger level asked inside.
+   * BEGIN at the route's isolation level (PostgreSQL, MySQL; SQLite's transactions on its one
+   * connection are serializable whatever is asked), and the guard against a stronger level asked inside.
    */
   async begin(runner: QueryRunner, options: DurableTransactionOptions): Promise<void> {
-    if (this.dialect !== 'postgres') return runner.startTransaction();
+    if (this.dialect === 'sqlite') return runner.startTransaction();
     await runner.startTransaction(options.isolationLevel);
     this.routes.guardIsolation(runner, options);
   }
@@ -129,18 +141,32 @@ export class IdempotencyRecordsConnection {
       const table = (schema ? [schema, IDEMPOTENCY_RECORDS_TABLE] : [IDEMPOTENCY_RECORDS_TABLE])
         .map((part) => driver.escape(part))
         .join('.');
-      this.statements = this.partitioned
-        ? partitionedStatementsFor(this.partitionedNames(), this.lockTimeoutMs)
-        : statementsFor(this.dialect, table, this.lockTimeoutMs);
+      if (this.dialect === 'mysql') {
+        const { mysql, ...statements } = mysqlStatementsFor(table, this.lockTimeoutMs);
+        this.mysqlStatements = mysql;
+        this.statements = statements;
+      } else {
+        this.statements = this.partitioned
+          ? partitionedStatementsFor(this.partitionedNames(), this.lockTimeoutMs)
+          : statementsFor(this.dialect, table, this.lockTimeoutMs);
+      }
     }
     return this.statements;
   }
 
-  run(runner: QueryRunner, sql: string, params: unknown[]) {
-    return runner.query(sql, params, true);
+  /** MySQL's own statements (only on a MySQL or MariaDB DataSource). */
+  get mysqlSql(): MysqlStatements {
+    if (!this.sql || !this.mysqlStatements) throw new Error(`no MySQL statements on ${this.dialect}`);
+    return this.mysqlStatements;
   }
 
-  /** PostgreSQL binds a JS boolean; sql.js is given 0 / 1, which is what SQLite stores. */
+  run(runner: QueryRunner, sql: string, params: unknown[]) {
+    if (this.dialect !== 'mysql') return runner.query(sql, params, true);
+    const [text, values] = positional(sql, params);
+    return runner.query(text, values, true);
+  }
+
+  /** PostgreSQL binds a JS boolean; sql.js and MySQL are given 0 / 1, which is what they store. */
   boolean(value: boolean): boolean | number {
     return this.dialect === 'postgres' ? value : Number(value);
   }
@@ -149,7 +175,7 @@ export class IdempotencyRecordsConnection {
     if (error instanceof IdempotencyStoreError || error instanceof IdempotencyClaimLostError) return error;
     const cause = error instanceof Error ? error.message : String(error);
     const missingTable =
-      sqlState(error) === '42P01' || /no such table/i.test(cause)
+      sqlState(error) === '42P01' || mysqlErrno(error) === MYSQL_NO_SUCH_TABLE || /no such table/i.test(cause)
         ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
         : tableMismatch(sqlState(error), this.partitioned);
     return new IdempotencyStoreError(
@@ -166,7 +192,8 @@ export class IdempotencyRecordsConnection {
    * lock is not granted in time; on SQLite there are no row locks to meet.
    */
   async writeWaitingForLock(runner: QueryRunner, sql: string, params: unknown[]): Promise<Row[] | 'locked'> {
-    if (this.dialect !== 'postgres') return (await this.run(runner, sql, params)).records;
+    if (this.dialect === 'sqlite') return (await this.run(runner, sql, params)).records;
+    if (this.dialect === 'mysql') throw new Error('writeWaitingForLock: MySQL writes go through MysqlRecords');
     await runner.startTransaction();
     try {
       // SET takes no parameters; lockTimeoutMs is a validated integer.

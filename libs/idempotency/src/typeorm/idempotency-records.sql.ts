@@ -40,8 +40,8 @@ export const RECORD_COLUMNS = [
   'response_body_omitted',
 ].join(', ');
 
-/** @internal */
-export type Dialect = 'postgres' | 'sqlite';
+/** MySQL and MariaDB share 'mysql' (idempotency-records.mysql.ts). @internal */
+export type Dialect = 'postgres' | 'sqlite' | 'mysql';
 
 /** The statements of one dialect, with the table's qualified name filled in. @internal */
 export interface Statements {
@@ -92,7 +92,7 @@ export interface Statements {
  * `'now'` is fixed within one step of a statement; under sql.js it is the process clock, as the
  * database lives in the process.
  */
-const DATABASE_NOW_MS: Record<Dialect, string> = {
+const DATABASE_NOW_MS: Record<Exclude<Dialect, 'mysql'>, string> = {
   postgres: '(floor(extract(epoch FROM statement_timestamp()) * 1000))::bigint',
   sqlite: "CAST(ROUND((julianday('now') - 2440587.5) * 86400000) AS INTEGER)",
 };
@@ -103,7 +103,7 @@ const DATABASE_NOW_MS: Record<Dialect, string> = {
  * order binds the same value on both). Every time comparison and every time written is `{now}`
  * (plus a duration); a statement whose caller needs the clock it decided by returns it as `now_ms`.
  */
-export function statementsFor(dialect: Dialect, table: string, lockTimeoutMs = 0): Statements {
+export function statementsFor(dialect: Exclude<Dialect, 'mysql'>, table: string, lockTimeoutMs = 0): Statements {
   const rowLocks = dialect === 'postgres';
   if (!Number.isSafeInteger(lockTimeoutMs) || lockTimeoutMs < 0)
     throw new RangeError('lockTimeoutMs must be an integer');

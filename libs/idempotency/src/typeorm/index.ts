@@ -1,5 +1,5 @@
 /**
- * `nestjs-idempotency/typeorm`: the durable tier on TypeORM (PostgreSQL, or sql.js when embedded).
+ * `nestjs-idempotency/typeorm`: the durable tier on TypeORM (PostgreSQL, MySQL / MariaDB, or sql.js when embedded).
  * The only part of the library that imports `typeorm`, so an application without it never
  * loads it.
  */
@@ -13,6 +13,7 @@ export {
   IDEMPOTENCY_RECORDS_TABLE,
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IdempotencyRecordEntity,
+  MysqlIdempotencyRecordEntity,
   SqliteIdempotencyRecordEntity,
   idempotencyTypeOrmEntities,
   type IdempotencyDataSourceType,

@@ -52,7 +52,7 @@ export class RouteTransactions {
   }
 
   /**
-   * PostgreSQL: once the route's transaction has begun, a nested `startTransaction` (TypeORM's
+   * PostgreSQL and MySQL: once the route's transaction has begun, a nested `startTransaction` (TypeORM's
    * `manager.transaction(level, ...)`, `@Transactional({ isolationLevel })` with Nested
    * propagation) that asks for a stronger level than the route's is refused; TypeORM would take a
    * savepoint at the route's level and say nothing.
@@ -110,6 +110,15 @@ export class RouteTransactions {
 }
 
 async function currentIsolation(runner: QueryRunner): Promise<IdempotencyIsolationLevel> {
-  const rows = (await runner.query('SHOW transaction_isolation')) as { transaction_isolation: string }[];
-  return rows[0].transaction_isolation.toUpperCase() as IdempotencyIsolationLevel;
+  const type = runner.connection.options.type;
+  if (type !== 'mysql' && type !== 'mariadb') {
+    const rows = (await runner.query('SHOW transaction_isolation')) as { transaction_isolation: string }[];
+    return rows[0].transaction_isolation.toUpperCase() as IdempotencyIsolationLevel;
+  }
+  // MySQL 8 and MariaDB 11.1+ name it transaction_isolation; MariaDB before 11.1 only tx_isolation
+  // (MySQL 8 removed that one). Either answers e.g. 'REPEATABLE-READ'.
+  const rows = (await runner
+    .query('SELECT @@SESSION.transaction_isolation AS level')
+    .catch(() => runner.query('SELECT @@SESSION.tx_isolation AS level'))) as { level: string }[];
+  return rows[0].level.replace('-', ' ').toUpperCase() as IdempotencyIsolationLevel;
 }

@@ -1,5 +1,5 @@
 /**
- * The exclusive section the TypeORM store runs its operations in: none on PostgreSQL, the
+ * The exclusive section the TypeORM store runs its operations in: none on PostgreSQL or MySQL, the
  * application's serializer when it passes one (`runExclusive`), or else a queue private to the
  * store, so that operations on sql.js's single connection never overlap.
  */
@@ -11,7 +11,7 @@ export type RunExclusive = <T>(work: () => Promise<T>) => Promise<T>;
 
 /** @internal */
 export function exclusiveSectionFor(dialect: Dialect, runExclusive: RunExclusive | undefined): RunExclusive {
-  if (dialect === 'postgres') return (work) => work();
+  if (dialect !== 'sqlite') return (work) => work();
   if (runExclusive) return runExclusive;
   const queue = new ExclusiveQueue();
   return (work) => queue.run(work);

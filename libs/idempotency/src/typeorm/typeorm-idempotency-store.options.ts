@@ -7,7 +7,7 @@ import type { OutsideWritesPolicy, PropagateTransaction } from './route-transact
  */
 export interface TypeOrmIdempotencyStoreOptions {
   /**
-   * SQLite (sql.js) only; ignored on PostgreSQL. Runs `work` when no other transaction or query
+   * SQLite (sql.js) only; ignored on PostgreSQL and MySQL. Runs `work` when no other transaction or query
    * of the application runs on the database, and resolves with its result.
    *
    * sql.js has ONE connection. Two transactions that overlap on it do not isolate each other:
@@ -25,11 +25,13 @@ export interface TypeOrmIdempotencyStoreOptions {
    */
   runExclusive?: <T>(work: () => Promise<T>) => Promise<T>;
   /**
-   * PostgreSQL only: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
+   * PostgreSQL and MySQL / MariaDB: how long, in ms, `takeOver` (and a `claim` that replaces an expired row)
    * waits for the row lock of a live `transaction()`, and `claimInTransaction` waits for another
    * transaction's uncommitted claim of the key. When the lock is still held after that, its
    * owner is alive and working: `takeOver` returns `existing` with the row as last committed,
-   * `claimInTransaction` returns `busy` (the engine answers `409` in progress).
+   * `claimInTransaction` returns `busy` (the engine answers `409` in progress). On MySQL the wait
+   * of `claimInTransaction` is rounded up to whole seconds (`innodb_lock_wait_timeout`); the
+   * other waits keep millisecond precision (`NOWAIT`, polled).
    * @default 2000
    */
   lockTimeoutMs?: number;
@@ -42,7 +44,7 @@ export interface TypeOrmIdempotencyStoreOptions {
    */
   propagate?: PropagateTransaction;
   /**
-   * PostgreSQL: what to do with a write of an entity (repository, manager, query builder) made
+   * PostgreSQL and MySQL: what to do with a write of an entity (repository, manager, query builder) made
    * on another connection than the route's while a transactional route's handler runs: such a
    * write commits even when the route rolls back and its record is released. `warn` logs one
    * warning per route and table, naming the route; `throw` refuses the write (before it runs).

@@ -22,13 +22,14 @@ import {
   checkStoredResponse,
   checkToken,
   decodeRecord,
-  integer,
   readableEntry,
+  recordWithClock,
   single,
   type Row,
 } from './idempotency-record.codec.js';
 import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
 import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
+import { isMysqlDeadlock } from './idempotency-records.mysql.js';
 import { isSerializationFailure, LOCK_NOT_AVAILABLE, sqlState } from './idempotency-records.sql.js';
 import { checkPartitionedIsolation, checkPartitioning, PartitionMaintenance } from './partition-maintenance.js';
 import { NO_PARTITION_FOR_ROW } from './partitioned-records.sql.js';
@@ -45,8 +46,9 @@ const DEFAULT_LOCK_TIMEOUT_MS = 2_000;
 const MAX_CLAIM_ATTEMPTS = 5;
 
 /**
- * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, or SQLite
- * through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
+ * The durable tier on TypeORM, over the application's own DataSource: PostgreSQL, MySQL 8 or
+ * MariaDB 10.11+ (`mysql2`; docs/durable-tier.md "MySQL 8 and MariaDB" for how its statements
+ * and locks differ), or SQLite through sql.js for the embedded mode. One row per scoped key in `idempotency_records`
  * (create it with {@link IDEMPOTENCY_TYPEORM_MIGRATIONS}).
  *
  * - **Connections**: it uses the DataSource you pass and never opens, initializes or closes a
@@ -99,7 +101,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   /** The partitions of the partitioned table, with the `partitioning` option. */
   private readonly partitions?: PartitionMaintenance;
   /**
-   * @param dataSource the application's DataSource (`postgres` or `sqljs`). It may still be
+   * @param dataSource the application's DataSource (`postgres`, `mysql`, `mariadb` or `sqljs`). It may still be
    *   uninitialized when the store is created; operations need it initialized.
    * @throws IdempotencyConfigurationError for another DataSource type.
    */
@@ -110,7 +112,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     super();
     const type = dataSource.options.type;
     if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
-    const dialect = type === 'postgres' ? 'postgres' : 'sqlite';
+    const dialect = type === 'postgres' ? 'postgres' : type === 'sqljs' ? 'sqlite' : 'mysql';
     const lockTimeoutMs = options.lockTimeoutMs ?? DEFAULT_LOCK_TIMEOUT_MS;
     checkDuration('lockTimeoutMs', lockTimeoutMs);
     if (options.runExclusive !== undefined && typeof options.runExclusive !== 'function') {
@@ -127,7 +129,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     const routes = new RouteTransactions(
       dataSource,
       options.propagate,
-      dialect === 'postgres' ? outsideWrites : 'ignore',
+      dialect === 'sqlite' ? 'ignore' : outsideWrites,
     );
     const partitionMs = checkPartitioning(options.partitioning, dialect);
     this.db = new IdempotencyRecordsConnection(
@@ -182,9 +184,12 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     );
   }
 
-  /** SQLSTATE `40001` (serialization failure) or `40P01` (deadlock), on the error or its causes. */
+  /**
+   * SQLSTATE `40001` (serialization failure) or `40P01` (deadlock) on PostgreSQL, error 1213
+   * (deadlock) on MySQL / MariaDB, on the error or its causes: the transaction was rolled back.
+   */
   override isSerializationFailure(error: unknown): boolean {
-    return isSerializationFailure(error);
+    return isSerializationFailure(error) || isMysqlDeadlock(error);
   }
 
   async takeOver(key: string, expectedOwnerToken: string, request: ClaimRequest): Promise<ClaimResult> {
@@ -297,7 +302,9 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     }
     if (this.partitions) return this.partitions.dropExpired(nowMs);
     return this.db.operation('deleteExpired', async (runner) =>
-      affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
+      this.db.dialect === 'mysql'
+        ? this.db.mysql.deleteExpired(runner, batchSize, nowMs)
+        : affectedRows(await this.db.run(runner, this.db.sql.deleteExpired, [nowMs ?? null, batchSize])),
     );
   }
 
@@ -323,9 +330,11 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkForceDeleteScope(scope);
     return this.db.operation('forceDelete', async (runner) => {
       const deleted =
-        scope === 'any'
-          ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
-          : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
+        this.db.dialect === 'mysql'
+          ? await this.db.mysql.forceDelete(runner, key, scope)
+          : scope === 'any'
+            ? await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteAny, [key])
+            : await this.db.writeWaitingForLock(runner, this.db.sql.forceDeleteInProgress, [key]);
       if (deleted === 'locked') {
         throw new IdempotencyStoreError(
           `Durable idempotency store (${this.db.dialect}): forceDelete of ${key} waited ${this.db.lockTimeoutMs} ms ` +
@@ -333,7 +342,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
           'durable',
         );
       }
-      return deleted.length === 1;
+      return typeof deleted === 'boolean' ? deleted : deleted.length === 1;
     });
   }
 
@@ -356,6 +365,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     request: ClaimRequest,
     expectedOwnerToken: string | undefined,
   ): Promise<ClaimResult> {
+    if (this.db.dialect === 'mysql') return this.db.mysql.acquire(runner, key, request, expectedOwnerToken);
     for (let attempt = 1; attempt <= MAX_CLAIM_ATTEMPTS; attempt += 1) {
       if (expectedOwnerToken !== undefined) {
         const taken = await this.db.writeWaitingForLock(runner, this.db.sql.takeOver, [
@@ -419,9 +429,6 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     runner: QueryRunner,
     key: string,
   ): Promise<{ record: IdempotencyRecord; nowMs: number } | undefined> {
-    const rows = (await this.db.run(runner, this.db.sql.select, [key])).records;
-    if (rows.length === 0) return undefined;
-    const row = single(rows);
-    return { record: decodeRecord(row), nowMs: integer(row, 'now_ms', 0) };
+    return recordWithClock((await this.db.run(runner, this.db.sql.select, [key])).records);
   }
 }
