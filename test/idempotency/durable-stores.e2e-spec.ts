@@ -847,7 +847,7 @@ describe('TypeOrmIdempotencyStore on MariaDB (mysql2)', () => {
         lease_expires_at_ms: [expect.stringMatching(/^bigint/), 'NO', null],
         expires_at_ms: [expect.stringMatching(/^bigint/), 'NO', null],
         response_status: [expect.stringMatching(/^int/), 'YES', null],
-        response_headers: ['text', 'YES', expect.any(String)],
+        response_headers: ['longtext', 'YES', expect.any(String)],
         response_body: ['longblob', 'YES', null],
         response_body_omitted: ['tinyint(1)', 'NO', null],
       });

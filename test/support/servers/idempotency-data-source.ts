@@ -21,13 +21,17 @@ export async function openIdempotencyDataSource(schema: string): Promise<DataSou
   return dataSource;
 }
 
-/** An initialized MariaDB DataSource on `database`, with the idempotency table migrated in. */
-export async function openMariadbIdempotencyDataSource(database: string): Promise<DataSource> {
+/** An initialized MariaDB DataSource on `database` (with its `poolSize` when given), with the idempotency table migrated in. */
+export async function openMariadbIdempotencyDataSource(
+  database: string,
+  overrides: { poolSize?: number } = {},
+): Promise<DataSource> {
   const dataSource = await new DataSource({
     type: 'mariadb',
     url: mariadbUrl(database),
     entities: idempotencyTypeOrmEntities('mariadb'),
     migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+    ...overrides,
   }).initialize();
   await dataSource.runMigrations();
   return dataSource;

@@ -20,6 +20,8 @@ const binaryText = (column: TableColumnOptions, mysql: boolean): TableColumnOpti
   mysql ? { ...column, charset: 'ascii', collation: 'ascii_bin' } : column;
 /** The body column's type: `bytea`, `longblob` (MySQL's `blob` stops at 64 KiB) or SQLite's `blob`. */
 const BODY_TYPE = { postgres: 'bytea', mysql: 'longblob', sqlite: 'blob' } as const;
+/** The headers' JSON: MySQL's `text` stops at 64 KiB, where PostgreSQL's and SQLite's have no limit. */
+const HEADERS_TYPE = { postgres: 'text', mysql: 'longtext', sqlite: 'text' } as const;
 const optional = (name: string, type: string): TableColumnOptions => ({ name, type, isNullable: true });
 
 /**
@@ -31,7 +33,8 @@ const optional = (name: string, type: string): TableColumnOptions => ({ name, ty
  *
  * Column types are the ones both databases share (`varchar(n)`, `integer`, `bigint`, `text`,
  * `boolean`); the body is `bytea` on PostgreSQL, `longblob` on MySQL and `blob` on SQLite. On
- * MySQL the key, owner token and fingerprint columns are `ascii` with the `ascii_bin` collation.
+ * MySQL the headers are `longtext`, and the key, owner token and fingerprint columns are `ascii`
+ * with the `ascii_bin` collation.
  *
  * @example
  * new DataSource({ ..., migrations: [...MY_MIGRATIONS, ...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
@@ -44,6 +47,7 @@ export class CreateIdempotencyRecords1764100000000 implements MigrationInterface
     const type = queryRunner.dataSource.options.type;
     if (!isSupportedDataSourceType(type)) throw unsupportedDataSourceType(type);
     const mysql = isMysqlDataSourceType(type);
+    const dialect = type === 'postgres' ? 'postgres' : mysql ? 'mysql' : 'sqlite';
     await queryRunner.createTable(
       new Table({
         name: IDEMPOTENCY_RECORDS_TABLE,
@@ -64,8 +68,8 @@ export class CreateIdempotencyRecords1764100000000 implements MigrationInterface
           required('lease_expires_at_ms', 'bigint'),
           required('expires_at_ms', 'bigint'),
           optional('response_status', 'integer'),
-          optional('response_headers', 'text'),
-          optional('response_body', BODY_TYPE[type === 'postgres' ? 'postgres' : mysql ? 'mysql' : 'sqlite']),
+          optional('response_headers', HEADERS_TYPE[dialect]),
+          optional('response_body', BODY_TYPE[dialect]),
           { ...required('response_body_omitted', 'boolean'), default: type === 'postgres' ? 'false' : '0' },
         ],
         indices: [new TableIndex({ name: IDEMPOTENCY_RECORDS_EXPIRES_INDEX, columnNames: ['expires_at_ms'] })],

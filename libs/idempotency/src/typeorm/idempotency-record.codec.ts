@@ -18,6 +18,7 @@ export type Row = Record<string, unknown>;
 
 /** Column lengths of the table (`varchar(64)`): SQLite does not enforce them, so the store does. */
 const MAX_TEXT_LENGTH = 64;
+const PRINTABLE_ASCII = /^[\x20-\x7e]+$/;
 
 function checkText(name: string, value: unknown): void {
   if (typeof value !== 'string' || value.length === 0) {
@@ -25,6 +26,11 @@ function checkText(name: string, value: unknown): void {
   }
   if (value.length > MAX_TEXT_LENGTH) {
     throw new RangeError(`${name} must be at most ${MAX_TEXT_LENGTH} characters, got ${value.length}`);
+  }
+  // MySQL stores these columns as `ascii` and compares them PAD SPACE ('k' = 'k '): a value it
+  // would reject or merge with another is refused on every database, so the contract is one.
+  if (!PRINTABLE_ASCII.test(value) || value.endsWith(' ')) {
+    throw new TypeError(`${name} must be printable ASCII that does not end with a space`);
   }
 }
 

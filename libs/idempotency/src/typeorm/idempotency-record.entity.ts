@@ -64,7 +64,7 @@ const blobAsBuffer: ValueTransformer = {
 
 /**
  * Columns both dialects share. Every type is one PostgreSQL and SQLite both accept, with an
- * explicit length where it matters; only the body column differs (see the two entities below).
+ * explicit length where it matters; the body and headers columns differ (see the entities below).
  */
 abstract class IdempotencyRecordColumns {
   /** The scoped key id (`buildScopedKey().id`): a hash, never the client's raw key. */
@@ -106,9 +106,11 @@ abstract class IdempotencyRecordColumns {
   @Column({ name: 'response_status', type: 'integer', nullable: true })
   responseStatus!: number | null;
 
-  /** Stored headers as JSON (`{ "name": "value" | ["v1", "v2"] }`); null while `in_progress`. */
-  @Column({ name: 'response_headers', type: 'text', nullable: true })
-  responseHeaders!: string | null;
+  /**
+   * Stored headers as JSON (`{ "name": "value" | ["v1", "v2"] }`); null while `in_progress`.
+   * `text`, but `longtext` on MySQL, whose `text` holds 64 KiB at most.
+   */
+  abstract responseHeaders: string | null;
 
   /** True when the response completed without its body (too large or streamed). */
   @Column({ name: 'response_body_omitted', type: 'boolean', default: false })
@@ -137,6 +139,9 @@ abstract class IdempotencyRecordColumns {
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
 @Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class IdempotencyRecordEntity extends IdempotencyRecordColumns {
+  @Column({ name: 'response_headers', type: 'text', nullable: true })
+  responseHeaders!: string | null;
+
   @Column({ name: 'response_body', type: 'bytea', nullable: true })
   responseBody!: Buffer | null;
 }
@@ -151,13 +156,16 @@ export class IdempotencyRecordEntity extends IdempotencyRecordColumns {
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
 @Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
+  @Column({ name: 'response_headers', type: 'text', nullable: true })
+  responseHeaders!: string | null;
+
   @Column({ name: 'response_body', type: 'blob', nullable: true, transformer: blobAsBuffer })
   responseBody!: Buffer | null;
 }
 
 /**
- * The durable record on **MySQL / MariaDB** (`response_body` is `longblob`: a `blob` holds 64 KiB
- * at most). Same table, same columns as {@link IdempotencyRecordEntity}.
+ * The durable record on **MySQL / MariaDB** (`response_body` is `longblob` and `response_headers`
+ * `longtext`: a `blob` or `text` holds 64 KiB at most). Same table, same columns as {@link IdempotencyRecordEntity}.
  *
  * @example
  * new DataSource({ type: 'mariadb', entities: [Order, MysqlIdempotencyRecordEntity], migrations: [...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
@@ -167,6 +175,9 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
 @Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class MysqlIdempotencyRecordEntity extends IdempotencyRecordColumns {
+  @Column({ name: 'response_headers', type: 'longtext', nullable: true })
+  responseHeaders!: string | null;
+
   @Column({ name: 'response_body', type: 'longblob', nullable: true })
   responseBody!: Buffer | null;
 }

@@ -18,6 +18,7 @@ import { ClaimTransactions } from './claim-transactions.js';
 import { decodeRecord, single, type Row } from './idempotency-record.codec.js';
 import { IDEMPOTENCY_RECORDS_TABLE } from './idempotency-record.entity.js';
 import {
+  isMysqlDeadlock,
   mysqlStatementsFor,
   MYSQL_NO_SUCH_TABLE,
   mysqlErrno,
@@ -42,6 +43,9 @@ import {
 import { partitionedNames, partitionedStatementsFor, type PartitionedNames } from './partitioned-records.sql.js';
 import type { RouteTransactions } from './route-transactions.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
+
+/** How often an autocommit statement on MySQL that lost a deadlock runs, in all. */
+const MYSQL_DEADLOCK_ATTEMPTS = 5;
 
 /** @internal */
 export class IdempotencyRecordsConnection {
@@ -160,10 +164,19 @@ export class IdempotencyRecordsConnection {
     return this.mysqlStatements;
   }
 
-  run(runner: QueryRunner, sql: string, params: unknown[]) {
+  async run(runner: QueryRunner, sql: string, params: unknown[]) {
     if (this.dialect !== 'mysql') return runner.query(sql, params, true);
     const [text, values] = positional(sql, params);
-    return runner.query(text, values, true);
+    for (let attempt = 1; ; attempt += 1) {
+      try {
+        return await runner.query(text, values, true);
+      } catch (error) {
+        // In autocommit, a deadlock's victim is this one statement, rolled back whole (InnoDB can
+        // lock a row and its index entries in opposite orders, e.g. a completion against a
+        // takeover): nothing changed, so it runs again.
+        if (runner.isTransactionActive || !isMysqlDeadlock(error) || attempt === MYSQL_DEADLOCK_ATTEMPTS) throw error;
+      }
+    }
   }
 
   /** PostgreSQL binds a JS boolean; sql.js and MySQL are given 0 / 1, which is what they store. */

@@ -138,12 +138,14 @@ export class MysqlRecords {
    * the duplicate check took: an expired one is replaced in the transaction, anything else ends
    * it and is returned. The lock wait is put back before the handler runs. A lock wait that
    * elapses, or a deadlock (the waiters of a claim that rolled back both try to insert), answers
-   * `busy` during the insert and `existing` while replacing an expired row another transaction holds.
+   * `busy` during the insert; a lock wait that elapses while replacing an expired row another
+   * transaction holds answers `existing`, and a deadlock there claims again (`attempt`).
    */
   async openClaim(
     key: string,
     request: ClaimRequest,
     options: DurableTransactionOptions,
+    attempt = 1,
   ): Promise<{ result: TransactionalClaimResult } | MysqlOpenClaim> {
     const sql = this.db.mysqlSql;
     const runner = this.db.connect('claimInTransaction');
@@ -196,6 +198,12 @@ export class MysqlRecords {
       await rollbackQuietly(runner);
       if (waitSet) await this.db.run(runner, sql.restoreLockWait, []).catch(() => undefined);
       await releaseQuietly(runner);
+      // Two claims replacing one expired row both hold its shared lock and both want it exclusive:
+      // InnoDB rolls the victim back at once. The row it read is no answer (expired, and being
+      // replaced): it claims again, and then waits for the winner like any duplicate.
+      if (isMysqlDeadlock(error) && phase === 'replace' && attempt < MAX_ATTEMPTS) {
+        return this.openClaim(key, request, options, attempt + 1);
+      }
       if (isMysqlLockNotAvailable(error) || isMysqlDeadlock(error)) {
         if (phase === 'insert') return { result: { kind: 'busy' } };
         if (existing) return { result: { kind: 'existing', ...existing } };
@@ -217,24 +225,28 @@ export class MysqlRecords {
     params: unknown[],
     readBackOwner?: string,
   ): Promise<GuardedWrite | 'locked'> {
-    await runner.startTransaction('READ COMMITTED');
-    try {
-      if (!(await this.lockRow(runner, key))) {
-        await runner.rollbackTransaction();
-        return 'locked';
+    for (let attempt = 1; ; attempt += 1) {
+      await runner.startTransaction('READ COMMITTED');
+      try {
+        if (!(await this.lockRow(runner, key))) {
+          await runner.rollbackTransaction();
+          return 'locked';
+        }
+        const affected = affectedRows(await this.db.run(runner, sql, params));
+        const record =
+          affected === 1 && readBackOwner !== undefined
+            ? decodeRecord(
+                single((await this.db.run(runner, this.db.mysqlSql.selectOwned, [key, readBackOwner])).records),
+              )
+            : undefined;
+        await runner.commitTransaction();
+        return { affected, record };
+      } catch (error) {
+        await rollbackQuietly(runner);
+        // The write holds the row's lock and wants its index entries, which a completion of the
+        // same row in autocommit can hold while it waits for the row: the victim changed nothing.
+        if (!isMysqlDeadlock(error) || attempt === MAX_ATTEMPTS) throw error;
       }
-      const affected = affectedRows(await this.db.run(runner, sql, params));
-      const record =
-        affected === 1 && readBackOwner !== undefined
-          ? decodeRecord(
-              single((await this.db.run(runner, this.db.mysqlSql.selectOwned, [key, readBackOwner])).records),
-            )
-          : undefined;
-      await runner.commitTransaction();
-      return { affected, record };
-    } catch (error) {
-      await rollbackQuietly(runner);
-      throw error;
     }
   }
 
