@@ -34,6 +34,7 @@ const PROCESSES_FOR_FAIRNESS = 3;
 const TODAY = 'durable-today.pml';
 const APPROVED = 'durable-approved.pml';
 const FAST = 'fast-only.pml';
+const PARTITIONED = 'durable-partitioned.pml';
 
 /** Without the three faults that the fast tier alone cannot survive (see fast-only.pml). */
 const FAST_KEEPS_ITS_RECORDS = ['CHECK_AT_MOST_ONCE', 'NO_REDIS', 'NO_CRASH', 'NO_FREEZE'];
@@ -124,6 +125,8 @@ const CHECKS = [
     ...shortest(FAST, ['CHECK_AT_MOST_ONCE', 'NO_REDIS', 'NO_CRASH']),
     expect: { violates: ['at_most_one_effect'] },
   },
+  // Model 4: the claim on the partitioned table (per-key advisory lock, every attached partition read).
+  { name: 'partitioned: mutual exclusion across partition edges, drops and expiry', ...safety(PARTITIONED), expect: 'holds' },
   // Mutants: each must be caught.
   {
     name: 'mutant fast-only: complete without the owner-token check',
@@ -230,6 +233,30 @@ const CHECKS = [
     name: 'mutant approved: a stored failure written after a full ROLLBACK instead of in the transaction',
     ...shortest(APPROVED, ['STORE_FAILURE_AFTER_ROLLBACK']),
     expect: { violates: ['one_answer'] },
+  },
+  {
+    name: 'mutant partitioned: the claim takes no per-key advisory lock',
+    ...shortest(PARTITIONED),
+    mutate: 'partitioned-key-lock',
+    expect: { violates: ['mutual_exclusion'] },
+  },
+  {
+    name: 'mutant partitioned: the claim reads the current partition only',
+    ...shortest(PARTITIONED, ['CHECK_CURRENT_ONLY']),
+    expect: { violates: ['mutual_exclusion'] },
+    why: 'a record claimed before the partition edge is live in the previous partition: a second claim is granted',
+  },
+  {
+    name: 'mutant partitioned: the reaper drops a past partition by age, a live (extended) row with it',
+    ...shortest(PARTITIONED),
+    mutate: 'partition-drop-live-check',
+    expect: { violates: ['mutual_exclusion'] },
+  },
+  {
+    name: 'mutant partitioned: the reaper does not wait for an uncommitted insert into the partition',
+    ...shortest(PARTITIONED),
+    mutate: 'partition-drop-waits-writers',
+    expect: { violates: ['mutual_exclusion'] },
   },
 ];
 

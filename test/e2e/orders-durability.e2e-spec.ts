@@ -30,7 +30,7 @@ const expectReplayOf = (retry: HttpResult, first: HttpResult) => {
   expect(retry.body.equals(first.body)).toBe(true);
 };
 
-describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)', (_name, openDatabase) => {
+describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)', (name, openDatabase) => {
   let redis: ThrowawayRedis;
   let proxy: TcpProxy;
   let db: OrdersDatabase;
@@ -63,6 +63,10 @@ describe.each(ordersDatabases)('durable authority on %s + Redis (sample service)
     await proxy?.close();
     await redis?.stop();
     await db?.drop();
+  });
+
+  it('runs on the idempotency table its environment asks for', async () => {
+    expect(await db.partitionedIdempotencyTable()).toBe(name.includes('partitioned'));
   });
 
   it('FLUSHALL between the order and its retry: the durable record replays; one order, one charge', async () => {

@@ -20,6 +20,7 @@ import {
   IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX,
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
   IdempotencyRecordEntity,
   MysqlIdempotencyRecordEntity,
   SqliteIdempotencyRecordEntity,
@@ -590,6 +591,45 @@ describe('TypeOrmIdempotencyStore on PostgreSQL', () => {
       expect(await store.get(key)).toEqual(claimed.record);
     });
   });
+});
+
+describe('TypeOrmIdempotencyStore on PostgreSQL, partitioned table', () => {
+  /** The narrowest partitions the store takes: the drop cases watch one fill, pass and go. */
+  const PARTITION_MS = 1_000;
+  let schema: string;
+  let dataSource: DataSource;
+
+  beforeAll(async () => {
+    schema = await createThrowawaySchema('durable_partitioned');
+    dataSource = new DataSource(postgresOptions(schema, { migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS }));
+    await dataSource.initialize();
+    expect((await dataSource.runMigrations()).map((m) => m.name)).toEqual([
+      'CreatePartitionedIdempotencyRecords1764160000000',
+    ]);
+    await createBusinessTable(dataSource);
+  });
+
+  afterAll(async () => {
+    await dataSource?.destroy();
+    if (schema) await dropSchema(schema);
+  });
+
+  describeDurableStoreContract(
+    'TypeOrmIdempotencyStore (PostgreSQL, partitioned)',
+    async () => {
+      const partitioned = harness('postgres', dataSource, { partitioning: { partitionMs: PARTITION_MS } });
+      return {
+        ...partitioned,
+        cleanup: async () => {
+          await partitioned.cleanup();
+          // The past partitions, emptied, go: claims read every attached one.
+          await partitioned.store.deleteExpired(1);
+        },
+      };
+    },
+    undefined,
+    { expiry: { partitionMs: PARTITION_MS }, claimIsolation: 'read-committed' },
+  );
 });
 
 describe.each([

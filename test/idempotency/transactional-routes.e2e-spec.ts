@@ -9,8 +9,10 @@ import {
 import {
   IDEMPOTENCY_TYPEORM_ENTITIES,
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
+  IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
   idempotencyTypeOrmEntities,
   TypeOrmIdempotencyStore,
+  type TypeOrmIdempotencyStoreOptions,
 } from 'nestjs-idempotency/typeorm';
 import { Test } from '@nestjs/testing';
 import {
@@ -33,18 +35,23 @@ import {
  * reported, isolation per route, serialization failures as definite rollbacks (503, retry at
  * once), and nested transactional runs refused.
  */
-type Backend = 'postgres' | 'sqljs';
+type Backend = 'postgres' | 'sqljs' | 'postgres, partitioned table';
+
+/** The store's options on each backend: the partitioned table needs its `partitioning`. */
+const storeOptionsOf = (backend: Backend): TypeOrmIdempotencyStoreOptions =>
+  backend === 'postgres, partitioned table' ? { partitioning: { partitionMs: 1_000 } } : {};
 
 async function openDataSource(backend: Backend, schema: string): Promise<DataSource> {
   const dataSource = await new DataSource(
-    backend === 'postgres'
+    backend !== 'sqljs'
       ? {
           type: 'postgres',
           url: TEST_DATABASE_URL,
           schema,
           extra: { options: `-c search_path=${schema}` },
           entities: [...IDEMPOTENCY_TYPEORM_ENTITIES, Effect],
-          migrations: IDEMPOTENCY_TYPEORM_MIGRATIONS,
+          migrations:
+            backend === 'postgres' ? IDEMPOTENCY_TYPEORM_MIGRATIONS : IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
         }
       : {
           type: 'sqljs',
@@ -64,19 +71,21 @@ const post = (fixture: TransactionalRoutesApp, path: string, key: string, body: 
     body: JSON.stringify(body),
   });
 
-describe.each<Backend>(['postgres', 'sqljs'])('transactional routes with @nestjs-cls/transactional (%s)', (backend) => {
+const BACKENDS: Backend[] = ['postgres', 'sqljs', 'postgres, partitioned table'];
+
+describe.each<Backend>(BACKENDS)('transactional routes with @nestjs-cls/transactional (%s)', (backend) => {
   let schema = '';
   let dataSource: DataSource;
   let fixture: TransactionalRoutesApp;
   const effects = async (ref: string) => dataSource.getRepository(Effect).countBy({ ref });
 
   beforeAll(async () => {
-    if (backend === 'postgres') {
+    if (backend !== 'sqljs') {
       await (await connectPostgresOrFail()).end();
       schema = await createThrowawaySchema('tx_routes');
     }
     dataSource = await openDataSource(backend, schema);
-    fixture = await startTransactionalRoutesApp(dataSource, { cls: true });
+    fixture = await startTransactionalRoutesApp(dataSource, { cls: true, store: storeOptionsOf(backend) });
   });
   afterAll(async () => {
     await fixture?.app.close();
@@ -109,7 +118,7 @@ describe.each<Backend>(['postgres', 'sqljs'])('transactional routes with @nestjs
       imports: [
         IdempotencyModule.forRoot({
           store: new MemoryIdempotencyStore(),
-          durableStore: new TypeOrmIdempotencyStore(dataSource),
+          durableStore: new TypeOrmIdempotencyStore(dataSource, storeOptionsOf(backend)),
         }),
       ],
     }).compile();

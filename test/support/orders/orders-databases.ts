@@ -47,12 +47,15 @@ export interface OrdersDatabase {
   /** Locks `table` against writes of every other session until released. */
   lockTable(table: OrdersTable): Promise<TableLock>;
   drop(): Promise<void>;
+  /** Whether the service created its idempotency records as the partitioned table (PostgreSQL's `IDEMPOTENCY_PARTITION_MS`). */
+  partitionedIdempotencyTable(): Promise<boolean>;
 }
 
 const tenantFilter = (table: OrdersTable, tenantId: string | undefined) =>
   tenantId !== undefined && table !== 'idempotency_records';
 
-async function postgres(prefix: string): Promise<OrdersDatabase> {
+/** `tableEnv`: the service's environment for its idempotency table (`IDEMPOTENCY_PARTITION_MS`). */
+async function postgres(prefix: string, tableEnv: Record<string, string> = {}): Promise<OrdersDatabase> {
   await (await connectPostgresOrFail()).end();
   const schema = throwawaySchemaName(prefix);
   const target = new URL(TEST_DATABASE_URL);
@@ -61,7 +64,7 @@ async function postgres(prefix: string): Promise<OrdersDatabase> {
     env(viaPort) {
       const url = new URL(TEST_DATABASE_URL);
       if (viaPort !== undefined) url.port = String(viaPort);
-      return { DATABASE_URL: url.toString(), DATABASE_SCHEMA: schema };
+      return { DATABASE_URL: url.toString(), DATABASE_SCHEMA: schema, ...tableEnv };
     },
     async count(table, tenantId) {
       const filtered = tenantFilter(table, tenantId);
@@ -93,6 +96,14 @@ async function postgres(prefix: string): Promise<OrdersDatabase> {
       };
     },
     drop: () => dropSchema(schema),
+    async partitionedIdempotencyTable() {
+      const rows = await queryTestDatabase<{ relkind: string }>(
+        `SELECT c.relkind FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+          WHERE n.nspname = $1 AND c.relname = 'idempotency_records'`,
+        [schema],
+      );
+      return rows[0]?.relkind === 'p';
+    },
   };
 }
 
@@ -148,11 +159,15 @@ async function mariadb(prefix: string): Promise<OrdersDatabase> {
       };
     },
     drop: () => dropMariadbDatabase(database),
+    // The library partitions the table on PostgreSQL only.
+    partitionedIdempotencyTable: async () => false,
   };
 }
 
 /** The databases, each opened for one suite with a name `prefix` of its own (a schema, or a database). */
 export const ordersDatabases: [string, (prefix: string) => Promise<OrdersDatabase>][] = [
   ['PostgreSQL', postgres],
+  // The partitioned idempotency table, with the narrowest partitions so that claims cross their edges.
+  ['PostgreSQL (partitioned idempotency table)', (prefix) => postgres(prefix, { IDEMPOTENCY_PARTITION_MS: '1000' })],
   ['MariaDB', mariadb],
 ];

@@ -132,6 +132,22 @@ describe('validateOrdersEnvironment (the class-validator schema and its namespac
     ]);
   });
 
+  it('reads IDEMPOTENCY_PARTITION_MS (the partitioned table) with DATABASE_URL only, from 1000 to 604800000', () => {
+    const url = 'postgres://db/x';
+    expect(parseOrdersConfig({ DATABASE_URL: url, IDEMPOTENCY_PARTITION_MS: '86400000' }).database).toEqual({
+      kind: 'postgres',
+      url,
+      schema: 'public',
+      idempotencyPartitionMs: 86_400_000,
+    });
+    expect(problemsOf({ DATABASE_URL: url, IDEMPOTENCY_PARTITION_MS: '999' })).toEqual([
+      'IDEMPOTENCY_PARTITION_MS must be an integer from 1000 to 604800000 (got "999")',
+    ]);
+    expect(problemsOf({ IDEMPOTENCY_PARTITION_MS: '60000' })[0]).toMatch(
+      /^IDEMPOTENCY_PARTITION_MS needs DATABASE_URL/,
+    );
+  });
+
   it('treats empty values as absent', () => {
     const config = parseOrdersConfig({ PORT: '', DATABASE_URL: ' ', REDIS_URL: '', LOG_LEVEL: '  ' });
     expect(config.http.port).toBe(3000);

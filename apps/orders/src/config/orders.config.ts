@@ -92,6 +92,11 @@ export type DatabaseConfig =
       url: string;
       /** Schema that holds every table; created at startup when absent. @default 'public' */
       schema: string;
+      /**
+       * The idempotency table partitioned by creation time, partitions this many ms wide
+       * (`IDEMPOTENCY_PARTITION_MS`); undefined: the default table. @default undefined
+       */
+      idempotencyPartitionMs?: number;
     }
   | {
       kind: 'mysql';
@@ -181,7 +186,14 @@ function databaseOf(env: OrdersEnvironment, cwd: string): DatabaseConfig {
   if (env.DATABASE_URL === undefined) return { kind: 'embedded', file: resolve(cwd, env.DATA_DIR, 'orders.sqlite') };
   return /^(mysql|mariadb):/.test(env.DATABASE_URL)
     ? { kind: 'mysql', url: env.DATABASE_URL }
-    : { kind: 'postgres', url: env.DATABASE_URL, schema: env.DATABASE_SCHEMA ?? 'public' };
+    : {
+        kind: 'postgres',
+        url: env.DATABASE_URL,
+        schema: env.DATABASE_SCHEMA ?? 'public',
+        ...(env.IDEMPOTENCY_PARTITION_MS !== undefined && {
+          idempotencyPartitionMs: Number(env.IDEMPOTENCY_PARTITION_MS),
+        }),
+      };
 }
 
 /** The levels Nest should print for a minimum level: `warn` → fatal, error, warn. */

@@ -57,6 +57,11 @@ export class OrdersEnvironment {
   @Expose() @IsBaseUri() PROBLEM_TYPE_BASE_URI = 'https://api.example.com/problems/';
 
   @Expose() @IsIntegerString(300, 3_600_000) IDEMPOTENCY_LEASE_MS = '30000';
+  @Expose()
+  @IsOptional()
+  @Requires('DATABASE_URL', ': the embedded database has no partitions')
+  @IsIntegerString(1_000, 604_800_000)
+  IDEMPOTENCY_PARTITION_MS?: string;
   /** `id:base64` entries; parsed by `parseEncryptionKeys`, which class-validator cannot express. */
   @Expose() IDEMPOTENCY_ENCRYPTION_KEYS?: string;
 

@@ -7,7 +7,7 @@ import { Payment } from '../payments/payment.entity.js';
 import { PaymentEvent } from '../webhooks/payment-event.entity.js';
 import { OutboxEvent } from '../events/outbox-event.entity.js';
 import { OrderNotification } from '../notifications/order-notification.entity.js';
-import { ORDERS_MIGRATIONS } from './migrations/index.js';
+import { ORDERS_MIGRATIONS, ORDERS_MIGRATIONS_PARTITIONED } from './migrations/index.js';
 import { atomicFileSaver } from './sqljs-file.js';
 
 /** Entities of the service (the idempotency record's entity is added per database type). */
@@ -23,7 +23,10 @@ const DATA_SOURCE_TYPE = { postgres: 'postgres', mysql: 'mysql', embedded: 'sqlj
 export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOptions {
   const common = {
     entities: [...ORDERS_ENTITIES, ...idempotencyTypeOrmEntities(DATA_SOURCE_TYPE[database.kind])],
-    migrations: ORDERS_MIGRATIONS,
+    migrations:
+      database.kind === 'postgres' && database.idempotencyPartitionMs !== undefined
+        ? ORDERS_MIGRATIONS_PARTITIONED
+        : ORDERS_MIGRATIONS,
     migrationsRun: false,
     synchronize: false,
     // Failed queries reach the exception filter, which logs them without their parameters.

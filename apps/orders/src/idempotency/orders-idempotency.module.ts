@@ -47,11 +47,14 @@ interface TenantRequest {
         redis?: Redis,
       ) => {
         const { leaseMs, encryption } = config.get('idempotency', { infer: true });
+        const database = config.get('database', { infer: true });
+        const partitionMs = database.kind === 'postgres' ? database.idempotencyPartitionMs : undefined;
         return {
           store: redis ? new RedisIdempotencyStore(redis) : new MemoryIdempotencyStore(),
           durableStore: new TypeOrmIdempotencyStore(dataSource, {
             runExclusive: (work) => runner.exclusive(work),
             propagate: idempotencyTransactions.propagateTo(txHost),
+            ...(partitionMs !== undefined && { partitioning: { partitionMs } }),
           }),
           reaper: { intervalMs: 60_000 },
           tenant: (request) => (request as TenantRequest).tenantId,

@@ -18,6 +18,7 @@ import {
 } from './durable-store-contract/durable-suite.js';
 import { describeDeleteExpired, describeInspection } from './durable-store-contract/maintenance.cases.js';
 import { describeGet, describeUnreadableRows } from './durable-store-contract/reading.cases.js';
+import { describeDropExpiredPartitions } from './durable-store-contract/partitions.cases.js';
 import { describeRowLocks } from './durable-store-contract/row-locks.cases.js';
 import { describeTransaction } from './durable-store-contract/transaction.cases.js';
 
@@ -29,15 +30,40 @@ import { describeTransaction } from './durable-store-contract/transaction.cases.
 export { ROW_DAMAGES, type DurableStoreUnderTest, type RowDamage } from './durable-store-contract/durable-suite.js';
 
 /**
+ * What the durable contract suite needs to know of a store beyond its methods.
+ *
+ * @publicApi
+ */
+export interface DurableContractOptions {
+  /**
+   * How `deleteExpired` removes expired records: `'rows'` (each expired row, in batches), or
+   * whole time partitions of `partitionMs` (a partition goes once every row in it has expired).
+   * @default 'rows'
+   */
+  expiry?: 'rows' | { partitionMs: number };
+  /**
+   * The isolation levels `claimInTransaction` takes: `'any'`, or `'read-committed'` for a store that
+   * refuses a stronger one (its claim's read after a lock wait needs a fresh snapshot).
+   * @default 'any'
+   */
+  claimIsolation?: 'any' | 'read-committed';
+}
+
+/**
  * Registers the contract suite for one durable store. `make` runs before every test. `runner` is
  * your test runner's `describe`, `it`, `beforeEach` and `afterEach`; without it, its globals are used.
  *
+ * @example
+ * describeDurableStoreContract('my partitioned store', async () => makeHarness(), undefined, {
+ *   expiry: { partitionMs: 1_000 },
+ * });
  * @publicApi
  */
 export function describeDurableStoreContract(
   name: string,
   make: () => Promise<DurableStoreUnderTest>,
   runner?: ContractTestRunner,
+  options: DurableContractOptions = {},
 ): void {
   const resolved = resolveRunner(runner);
   const { describe, beforeEach, afterEach } = resolved;
@@ -69,6 +95,7 @@ export function describeDurableStoreContract(
       noun: 'row',
       shortMs: SHORT_MS,
       countRows: () => h.countRows(),
+      claimIsolation: options.claimIsolation ?? 'any',
     };
     describeClaim(resolved, suite);
     describeTakeOver(resolved, suite);
@@ -77,7 +104,9 @@ export function describeDurableStoreContract(
     describeExtend(resolved, suite);
     describeGet(resolved, suite);
     describeUnreadableRows(resolved, suite);
-    describeDeleteExpired(resolved, suite);
+    const expiry = options.expiry ?? 'rows';
+    if (expiry === 'rows') describeDeleteExpired(resolved, suite);
+    else describeDropExpiredPartitions(resolved, suite, expiry.partitionMs);
     describeTransaction(resolved, suite);
     describeClaimInTransaction(resolved, suite);
     describeRowLocks(
@@ -85,6 +114,7 @@ export function describeDurableStoreContract(
       () => h,
       () => store,
       claimed,
+      expiry === 'rows',
     );
     describeInspection(resolved, suite);
   });

@@ -19,6 +19,7 @@ export { claimRequest, newFingerprint, newId, newToken, NON_UTF8_BODY, sampleRes
 export {
   describeDurableStoreContract,
   ROW_DAMAGES,
+  type DurableContractOptions,
   type DurableStoreUnderTest,
   type RowDamage,
 } from './durable-store-contract.js';

@@ -101,7 +101,7 @@ export class ClaimTransactions {
       // gets `runner.manager`, the same connection and transaction.
       const client = this.db.dialect === 'postgres' ? ((await runner.connect()) as PgClient) : undefined;
       const exec = (sql: string, params: unknown[]) => this.exec(runner, client, sql, params);
-      if (client) {
+      if (client && this.db.sql.insertClaim) {
         // BEGIN, the claim and the handler's savepoint in one round trip: a failed claim leaves
         // the transaction aborted, and the SAVEPOINT behind it fails with it.
         const begun = await beginningTransaction(runner);

@@ -41,6 +41,7 @@ import {
   rollbackQuietly,
   UNDO_HANDLER_WRITES,
 } from './query-runners.js';
+import { partitionedNames, partitionedStatementsFor, type PartitionedNames } from './partitioned-records.sql.js';
 import type { RouteTransactions } from './route-transactions.js';
 import type { RunExclusive } from './sqljs-exclusive-queue.js';
 
@@ -68,6 +69,8 @@ export class IdempotencyRecordsConnection {
     readonly routes: RouteTransactions,
     /** `TypeOrmIdempotencyStoreOptions.preparedStatements`. */
     private readonly preparedStatements = true,
+    /** The table is the partitioned one (`partitioning` option): its claim calls the claim function. */
+    readonly partitioned = false,
   ) {}
 
   /**
@@ -83,6 +86,11 @@ export class IdempotencyRecordsConnection {
       this.preparedNames.set(sql, name);
     }
     return name;
+  }
+
+  /** The partitioned table's names, quoted and qualified as the DataSource's schema asks. */
+  partitionedNames(): PartitionedNames {
+    return partitionedNames(this.dataSource.driver);
   }
 
   /** Runs `work` in a transaction that holds the row of the claim (see `TypeOrmIdempotencyStore.transaction`). */
@@ -166,7 +174,9 @@ export class IdempotencyRecordsConnection {
         this.mysqlStatements = mysql;
         this.statements = statements;
       } else {
-        this.statements = statementsFor(this.dialect, table, this.lockTimeoutMs);
+        this.statements = this.partitioned
+          ? partitionedStatementsFor(this.partitionedNames(), this.lockTimeoutMs)
+          : statementsFor(this.dialect, table, this.lockTimeoutMs);
       }
     }
     return this.statements;
@@ -204,7 +214,7 @@ export class IdempotencyRecordsConnection {
     const missingTable =
       sqlState(error) === '42P01' || mysqlErrno(error) === MYSQL_NO_SUCH_TABLE || /no such table/i.test(cause)
         ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
-        : '';
+        : tableMismatch(sqlState(error), this.partitioned);
     return new IdempotencyStoreError(
       `Durable idempotency store (${this.dialect}): ${operation} failed: ${cause}.${missingTable} ` +
         'Make sure the database is reachable.',
@@ -301,4 +311,19 @@ export class IdempotencyRecordsConnection {
       throw this.failure(operation, error);
     }
   }
+}
+
+/**
+ * The hint for a store whose `partitioning` option does not match the table the migrations made:
+ * the claim function is missing (42883), or `ON CONFLICT ("key")` finds no unique index on a
+ * partitioned table (42P10).
+ */
+function tableMismatch(state: string | undefined, partitioned: boolean): string {
+  if (partitioned && state === '42883') {
+    return ' The partitioning option needs the partitioned table: run IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS.';
+  }
+  if (!partitioned && state === '42P10') {
+    return ' The table is the partitioned one: give the store its partitioning option.';
+  }
+  return '';
 }

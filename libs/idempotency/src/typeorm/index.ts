@@ -4,7 +4,7 @@
  * loads it.
  */
 export { TypeOrmIdempotencyStore } from './typeorm-idempotency.store.js';
-export type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
+export type { IdempotencyPartitioning, TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
 export type { OutsideWritesPolicy, PropagateTransaction } from './route-transactions.js';
 export {
   IDEMPOTENCY_RECORDS_EXPIRES_INDEX,
@@ -23,3 +23,7 @@ export {
   IDEMPOTENCY_TYPEORM_MIGRATIONS,
 } from './create-idempotency-records.migration.js';
 export { AddIdempotencyRecordsInProgressIndex1764150000000 } from './add-idempotency-in-progress-index.migration.js';
+export {
+  CreatePartitionedIdempotencyRecords1764160000000,
+  IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+} from './create-partitioned-idempotency-records.migration.js';

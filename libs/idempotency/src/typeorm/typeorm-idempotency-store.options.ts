@@ -61,4 +61,31 @@ export interface TypeOrmIdempotencyStoreOptions {
    * @default true
    */
   preparedStatements?: boolean;
+  /**
+   * PostgreSQL only, opt-in: the table is RANGE-partitioned by creation time (create it with
+   * `IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS` instead of `IDEMPOTENCY_TYPEORM_MIGRATIONS`). Expired
+   * records go with their whole partition, dropped by `deleteExpired` (the module's reaper) once
+   * every row in it has expired, instead of being deleted row by row: the table stays the size of
+   * the TTL window and leaves no dead rows to vacuum. Every claim takes a per-key advisory lock and
+   * reads the key's row in every attached partition, so the claim stays exclusive across a
+   * partition's edge. Routes' transactions run at READ COMMITTED (the default); a stronger
+   * isolation level is refused. See docs/capacity.md, "The partitioned table".
+   * @default undefined (one table, rows deleted by the reaper in batches)
+   */
+  partitioning?: IdempotencyPartitioning;
+}
+
+/**
+ * `TypeOrmIdempotencyStoreOptions.partitioning`.
+ *
+ * @example
+ * new TypeOrmIdempotencyStore(dataSource, { partitioning: { partitionMs: 24 * 60 * 60 * 1000 } })
+ * @publicApi
+ */
+export interface IdempotencyPartitioning {
+  /**
+   * The width of one partition, in ms. Make it at least the records' TTL: a claim reads every
+   * attached partition, about TTL / width + 3 of them; the reaper must run at least once per width.
+   */
+  partitionMs: number;
 }

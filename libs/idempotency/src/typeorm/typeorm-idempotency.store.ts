@@ -30,7 +30,9 @@ import {
 import { isSupportedDataSourceType, unsupportedDataSourceType } from './idempotency-record.entity.js';
 import { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
 import { isMysqlDeadlock } from './idempotency-records.mysql.js';
-import { isSerializationFailure } from './idempotency-records.sql.js';
+import { isSerializationFailure, LOCK_NOT_AVAILABLE, sqlState } from './idempotency-records.sql.js';
+import { checkPartitionedIsolation, checkPartitioning, PartitionMaintenance } from './partition-maintenance.js';
+import { NO_PARTITION_FOR_ROW } from './partitioned-records.sql.js';
 import { RouteTransactions } from './route-transactions.js';
 import type { TypeOrmIdempotencyStoreOptions } from './typeorm-idempotency-store.options.js';
 import { exclusiveSectionFor } from './sqljs-exclusive-queue.js';
@@ -67,6 +69,9 @@ const MAX_CLAIM_ATTEMPTS = 5;
  *   commit together. While the lock is held, `takeOver` waits at most `lockTimeoutMs` and then
  *   answers `existing`; `claim`, `get` and `deleteExpired` do not wait (they read the committed
  *   row, or skip it); the owner's `extend` (its heartbeat) runs inside the transaction.
+ * - **Partitioned table** (`partitioning`, PostgreSQL): a claim takes a per-key advisory lock and
+ *   reads the key's row in every attached partition; `deleteExpired` drops whole partitions whose
+ *   rows have all expired (docs/capacity.md, "The partitioned table").
  * - **SQLite (sql.js)**: there are no row locks and a single connection, so every operation runs
  *   in an exclusive section (see {@link TypeOrmIdempotencyStoreOptions.runExclusive}); an
  *   operation waits for a running `transaction()` to finish, without `lockTimeoutMs`.
@@ -93,6 +98,8 @@ const MAX_CLAIM_ATTEMPTS = 5;
 export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   /** Runs the statements on the DataSource: operations, transactions, lock waits, failures. */
   private readonly db: IdempotencyRecordsConnection;
+  /** The partitions of the partitioned table, with the `partitioning` option. */
+  private readonly partitions?: PartitionMaintenance;
   /**
    * @param dataSource the application's DataSource (`postgres`, `mysql`, `mariadb` or `sqljs`). It may still be
    *   uninitialized when the store is created; operations need it initialized.
@@ -127,6 +134,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     if (options.preparedStatements !== undefined && typeof options.preparedStatements !== 'boolean') {
       throw new TypeError('preparedStatements must be a boolean');
     }
+    const partitionMs = checkPartitioning(options.partitioning, dialect);
     this.db = new IdempotencyRecordsConnection(
       dataSource,
       dialect,
@@ -134,12 +142,17 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       exclusive,
       routes,
       options.preparedStatements ?? true,
+      partitionMs !== undefined,
     );
+    if (partitionMs !== undefined) {
+      this.partitions = new PartitionMaintenance(this.db, () => this.db.partitionedNames(), partitionMs);
+    }
   }
 
   async claim(key: string, request: ClaimRequest): Promise<ClaimResult> {
     checkKey(key);
     checkRequest(request);
+    await this.partitions?.ensureAhead();
     return this.db.operation('claim', (runner) => this.acquire(runner, key, request, undefined));
   }
 
@@ -160,6 +173,10 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
   ): Promise<TransactionalClaimResult> {
     checkKey(key);
     checkRequest(request);
+    if (this.partitions) {
+      checkPartitionedIsolation(options.isolationLevel ?? this.dataSource.options.isolationLevel);
+      await this.partitions.ensureAhead();
+    }
     return this.db.claimInTransaction(
       key,
       request,
@@ -183,6 +200,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     checkKey(key);
     checkToken('expectedOwnerToken', expectedOwnerToken);
     checkRequest(request);
+    await this.partitions?.ensureAhead();
     return this.db.operation('takeOver', (runner) => this.acquire(runner, key, request, expectedOwnerToken));
   }
 
@@ -286,6 +304,7 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
     if (nowMs !== undefined && (!Number.isSafeInteger(nowMs) || nowMs < 0)) {
       throw new RangeError(`nowMs must be a non-negative integer (epoch ms), got ${nowMs}`);
     }
+    if (this.partitions) return this.partitions.dropExpired(nowMs);
     return this.db.operation('deleteExpired', async (runner) =>
       this.db.dialect === 'mysql'
         ? this.db.mysql.deleteExpired(runner, batchSize, nowMs)
@@ -369,7 +388,13 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
         if (taken.length > 0) return { kind: 'claimed', record: decodeRecord(single(taken)) };
       }
       const claimParams = [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs];
-      const inserted = (await this.db.run(runner, this.db.sql.insert, claimParams)).records;
+      const inserted = await this.insert(runner, claimParams);
+      if (inserted === 'locked') {
+        // Partitioned: another claim of the key held its lock, or a live transaction() its expired row.
+        const current = await this.read(runner, key);
+        if (current) return { kind: 'existing', ...current };
+        continue;
+      }
       if (inserted.length > 0) return { kind: 'claimed', record: decodeRecord(single(inserted)) };
       const current = await this.read(runner, key);
       if (!current) continue;
@@ -384,6 +409,23 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
         'because the row kept changing under it; retry the request.',
       'durable',
     );
+  }
+
+  /**
+   * The claim's insert. Partitioned: the claim function, whose lock waits end after
+   * `lockTimeoutMs` ('locked'); a row of a time no partition covers yet has them created first.
+   */
+  private async insert(runner: QueryRunner, claimParams: unknown[]): Promise<Row[] | 'locked'> {
+    try {
+      return (await this.db.run(runner, this.db.sql.insert, claimParams)).records;
+    } catch (error) {
+      if (!this.partitions) throw error;
+      const state = sqlState(error);
+      if (state === LOCK_NOT_AVAILABLE) return 'locked';
+      if (state !== NO_PARTITION_FOR_ROW) throw error;
+      await this.partitions.ensureAhead(true);
+      return (await this.db.run(runner, this.db.sql.insert, claimParams)).records;
+    }
   }
 
   /** The row as it is, expired or not, with the database's clock at the read. */

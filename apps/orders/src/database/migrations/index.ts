@@ -1,4 +1,4 @@
-import { IDEMPOTENCY_TYPEORM_MIGRATIONS } from 'nestjs-idempotency/typeorm';
+import { IDEMPOTENCY_TYPEORM_MIGRATIONS, IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS } from 'nestjs-idempotency/typeorm';
 import { CreateOrdersAndPayments1764000000000 } from './1764000000000-create-orders-and-payments.js';
 import { CreatePaymentEvents1764200000000 } from './1764200000000-create-payment-events.js';
 import { CreateOutboxAndNotifications1764300000000 } from './1764300000000-create-outbox-and-notifications.js';
@@ -15,3 +15,12 @@ export const ORDERS_MIGRATIONS = [
   CreateOutboxAndNotifications1764300000000,
   AddOutboxMessageKey1764400000000,
 ];
+
+/** `ORDERS_MIGRATIONS` with the partitioned idempotency table (`IDEMPOTENCY_PARTITION_MS`) instead of the default one. */
+export const ORDERS_MIGRATIONS_PARTITIONED = ORDERS_MIGRATIONS.flatMap((migration) =>
+  migration === IDEMPOTENCY_TYPEORM_MIGRATIONS[0]
+    ? IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS
+    : (IDEMPOTENCY_TYPEORM_MIGRATIONS as readonly unknown[]).includes(migration)
+      ? []
+      : [migration],
+);

@@ -37,23 +37,37 @@ export function describeClaimInTransaction(
       expect(['undefined', 'function'].includes(typeof store.claimInTransaction)).toBe(true);
     });
 
-    it('takes DurableTransactionOptions (isolationLevel, label): a SERIALIZABLE claim commits its write and completion as any other', async () => {
-      if (!implemented()) return;
-      const key = newId();
-      const result = await store.claimInTransaction!(key, claimRequest(), {
-        isolationLevel: 'SERIALIZABLE',
-        label: 'contract.serializable',
+    if (suite.claimIsolation === 'read-committed') {
+      it('refuses a claim at an isolation level above READ COMMITTED, and writes nothing', async () => {
+        if (!implemented()) return;
+        const key = newId();
+        for (const isolationLevel of ['REPEATABLE READ', 'SERIALIZABLE'] as const) {
+          await expect(store.claimInTransaction!(key, claimRequest(), { isolationLevel })).rejects.toThrow(
+            /READ COMMITTED/,
+          );
+        }
+        expect(await store.get(key)).toBeUndefined();
+        expect(await h.countRows()).toBe(0);
       });
-      if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
-      const { transaction } = result;
-      const business = newId();
-      await transaction.savepoint();
-      await transaction.run(() => h.writeBusinessRow(transaction, business));
-      expect(await transaction.complete(sampleResponse())).toBe(true);
-      await transaction.commit();
-      expect(await h.businessRowExists(business)).toBe(true);
-      expect((await store.get(key))?.state).toBe('completed');
-    });
+    } else {
+      it('takes DurableTransactionOptions (isolationLevel, label): a SERIALIZABLE claim commits its write and completion as any other', async () => {
+        if (!implemented()) return;
+        const key = newId();
+        const result = await store.claimInTransaction!(key, claimRequest(), {
+          isolationLevel: 'SERIALIZABLE',
+          label: 'contract.serializable',
+        });
+        if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+        const { transaction } = result;
+        const business = newId();
+        await transaction.savepoint();
+        await transaction.run(() => h.writeBusinessRow(transaction, business));
+        expect(await transaction.complete(sampleResponse())).toBe(true);
+        await transaction.commit();
+        expect(await h.businessRowExists(business)).toBe(true);
+        expect((await store.get(key))?.state).toBe('completed');
+      });
+    }
 
     it('isSerializationFailure, where implemented, says no to an error that is not one', () => {
       if (store.isSerializationFailure === undefined) return;

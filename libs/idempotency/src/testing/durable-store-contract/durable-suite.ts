@@ -82,4 +82,6 @@ export function sampleResponse(overrides: Partial<StoredResponse> = {}): StoredR
 export interface DurableSuite extends CommonCaseContext {
   harness(): DurableStoreUnderTest;
   store(): DurableIdempotencyStore;
+  /** `DurableContractOptions.claimIsolation`. */
+  claimIsolation: 'any' | 'read-committed';
 }

@@ -1,0 +1,190 @@
+import { DataSource } from 'typeorm';
+import { IdempotencyConfigurationError, type DurableClaimTransaction } from 'nestjs-idempotency';
+import {
+  IDEMPOTENCY_TYPEORM_ENTITIES,
+  IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+  idempotencyTypeOrmEntities,
+  TypeOrmIdempotencyStore,
+} from 'nestjs-idempotency/typeorm';
+import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
+import {
+  connectPostgresOrFail,
+  createThrowawaySchema,
+  dropSchema,
+  TEST_DATABASE_URL,
+} from '../support/servers/postgres.js';
+import { sleep } from '../support/timing.js';
+
+/**
+ * The partitioned durable table (issue 30 item 3, model/durable-partitioned.pml) where the
+ * contract suite cannot reach: claims across a partition's edge, a race of instances on one key,
+ * a claim whose connection dies before its COMMIT, and the reaper against an uncommitted claim
+ * and an extended record. Real PostgreSQL, the narrowest partitions (1 s).
+ */
+const PARTITION_MS = 1_000;
+const LOCK_TIMEOUT_MS = 400;
+/** Longer than any test here: a record that must stay live. */
+const LIVE_MS = 60_000;
+
+/** Sleeps until the next partition of the clock has begun (the database runs on this host). */
+const untilNextPartition = () => sleep(PARTITION_MS - (Date.now() % PARTITION_MS) + 30);
+
+describe('partitioned idempotency table (PostgreSQL)', () => {
+  let schema: string;
+  let dataSource: DataSource;
+  const storeOn = (on: DataSource) =>
+    new TypeOrmIdempotencyStore(on, { partitioning: { partitionMs: PARTITION_MS }, lockTimeoutMs: LOCK_TIMEOUT_MS });
+  const store = () => storeOn(dataSource);
+  const openDataSource = () =>
+    new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema,
+      extra: { options: `-c search_path=${schema}` },
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+      migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+    }).initialize();
+  /** The partition that holds the key's row, and how many rows the key has. */
+  const rowsOf = async (key: string) =>
+    (await dataSource.query('SELECT tableoid::regclass::text AS part FROM idempotency_records WHERE "key" = $1', [
+      key,
+    ])) as { part: string }[];
+  const claimOpen = async (target: TypeOrmIdempotencyStore, key: string, ttlMs = LIVE_MS) => {
+    const result = await target.claimInTransaction(key, claimRequest({ ttlMs }));
+    if (result.kind !== 'claimed') throw new Error(`expected claimed, got ${result.kind}`);
+    return result.transaction;
+  };
+  const completeAndCommit = async (transaction: DurableClaimTransaction) => {
+    expect(await transaction.complete(sampleResponse())).toBe(true);
+    await transaction.commit();
+  };
+
+  beforeAll(async () => {
+    await (await connectPostgresOrFail()).end();
+    schema = await createThrowawaySchema('partitioned_claims');
+    dataSource = await openDataSource();
+    await dataSource.runMigrations();
+  });
+  afterAll(async () => {
+    await dataSource?.destroy();
+    if (schema) await dropSchema(schema);
+  });
+
+  it('a record claimed in the previous partition is found across the edge: 12 claims from 3 instances answer existing', async () => {
+    const key = newId();
+    const first = await store().claim(key, claimRequest({ ttlMs: LIVE_MS }));
+    expect(first.kind).toBe('claimed');
+    const [before] = await rowsOf(key);
+    await untilNextPartition();
+    const instances = [store(), store(), store()];
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        i % 2 === 0
+          ? instances[i % 3].claim(key, claimRequest())
+          : instances[i % 3].claimInTransaction(key, claimRequest()),
+      ),
+    );
+    expect(results.map((result) => result.kind)).toEqual(Array(12).fill('existing'));
+    expect(await rowsOf(key)).toEqual([before]);
+  });
+
+  it('an uncommitted claim made before the edge holds the key after it: a duplicate answers busy, then existing once it commits', async () => {
+    const key = newId();
+    const transaction = await claimOpen(store(), key);
+    await untilNextPartition();
+    expect((await store().claimInTransaction(key, claimRequest())).kind).toBe('busy');
+    await completeAndCommit(transaction);
+    const replay = await store().claimInTransaction(key, claimRequest());
+    expect(replay.kind).toBe('existing');
+    if (replay.kind === 'existing') expect(replay.record.state).toBe('completed');
+    expect(await rowsOf(key)).toHaveLength(1);
+  });
+
+  it('20 concurrent claims of a new key from 3 instances (plain and in a transaction): exactly one is granted', async () => {
+    const key = newId();
+    const instances = [store(), store(), store()];
+    const results = await Promise.all(
+      Array.from({ length: 20 }, async (_, i) => {
+        if (i % 2 === 0) return (await instances[i % 3].claim(key, claimRequest())).kind;
+        const result = await instances[i % 3].claimInTransaction(key, claimRequest());
+        if (result.kind === 'claimed') await completeAndCommit(result.transaction);
+        return result.kind;
+      }),
+    );
+    expect(results.filter((kind) => kind === 'claimed')).toHaveLength(1);
+    expect(results.every((kind) => ['claimed', 'existing', 'busy'].includes(kind))).toBe(true);
+    expect(await rowsOf(key)).toHaveLength(1);
+  });
+
+  it('a claim whose process dies before its COMMIT leaves nothing behind: the retry claims at once, fencing token 1', async () => {
+    const key = newId();
+    // The dying instance: a DataSource (a pool) of its own, its claim's session killed.
+    const dying = await openDataSource();
+    const transaction = await claimOpen(storeOn(dying), key);
+    const admin = await connectPostgresOrFail();
+    try {
+      const killed = await admin.query(
+        `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+          WHERE state LIKE 'idle in transaction%' AND query LIKE $1`,
+        [`%"${schema}"."idempotency_records_claim"%`],
+      );
+      expect(killed.rowCount).toBe(1);
+    } finally {
+      await admin.end();
+    }
+    await transaction.rollback();
+    await dying.destroy();
+    const retry = await store().claim(key, claimRequest());
+    expect(retry.kind).toBe('claimed');
+    if (retry.kind === 'claimed') expect(retry.record.fencingToken).toBe(1);
+  });
+
+  it('an expired record in the previous partition is replaced in the current one, its fencing token carried forward', async () => {
+    const key = newId();
+    await store().claim(key, claimRequest({ ttlMs: 100 }));
+    const [before] = await rowsOf(key);
+    await untilNextPartition();
+    const again = await store().claim(key, claimRequest({ ttlMs: LIVE_MS }));
+    expect(again.kind).toBe('claimed');
+    if (again.kind === 'claimed') expect(again.record.fencingToken).toBe(2);
+    const after = await rowsOf(key);
+    expect(after).toHaveLength(1);
+    expect(after[0].part).not.toBe(before.part);
+  });
+
+  it('the reaper keeps a past partition while an uncommitted claim in it is open (it waits for its writers), and the claim stays exclusive once committed', async () => {
+    const key = newId();
+    const transaction = await claimOpen(store(), key);
+    await untilNextPartition();
+    await sleep(1_100); // past the drop's grace after the partition's end
+    expect(await store().deleteExpired(100)).toBe(0);
+    await completeAndCommit(transaction);
+    expect(await store().deleteExpired(100)).toBe(0);
+    expect((await store().claim(key, claimRequest())).kind).toBe('existing');
+  });
+
+  it('a record extended past the end of its partition outlives the drop of older ones: a new claim of its key answers existing', async () => {
+    const key = newId();
+    const claimed = await store().claim(key, claimRequest({ ttlMs: 100, leaseMs: 100 }));
+    expect(await store().extend(key, claimed.record.ownerToken, LIVE_MS)).toBe(true);
+    await untilNextPartition();
+    await sleep(1_100);
+    await store().deleteExpired(100);
+    expect((await store().claim(key, claimRequest())).kind).toBe('existing');
+    expect(await rowsOf(key)).toHaveLength(1);
+  });
+
+  it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {
+    const sqljs = new DataSource({ type: 'sqljs', entities: idempotencyTypeOrmEntities('sqljs') });
+    expect(() => new TypeOrmIdempotencyStore(sqljs, { partitioning: { partitionMs: PARTITION_MS } })).toThrow(
+      IdempotencyConfigurationError,
+    );
+    expect(() => new TypeOrmIdempotencyStore(dataSource, { partitioning: { partitionMs: 999 } })).toThrow(RangeError);
+    await expect(
+      store().claimInTransaction(newId(), claimRequest(), { isolationLevel: 'REPEATABLE READ' }),
+    ).rejects.toThrow(IdempotencyConfigurationError);
+    await expect(new TypeOrmIdempotencyStore(dataSource).claim(newId(), claimRequest())).rejects.toThrow(
+      /give the store its partitioning option/,
+    );
+  });
+});
