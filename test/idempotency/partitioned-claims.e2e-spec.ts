@@ -13,7 +13,7 @@ import {
   dropSchema,
   TEST_DATABASE_URL,
 } from '../support/servers/postgres.js';
-import { sleep } from '../support/timing.js';
+import { sleep, waitUntil } from '../support/timing.js';
 
 /**
  * The partitioned durable table (issue 30 item 3, model/durable-partitioned.pml) where the
@@ -172,6 +172,85 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     await store().deleteExpired(100);
     expect((await store().claim(key, claimRequest())).kind).toBe('existing');
     expect(await rowsOf(key)).toHaveLength(1);
+  });
+
+  it('a claim that read the clock in a partition and then waited for a lock before its insert does not land in that partition after the reaper checked it (its record would be dropped)', async () => {
+    // A schema of its own: the reaper must meet this partition first, with no older one to detach.
+    const own = await createThrowawaySchema('partitioned_drop_race');
+    const ownDataSource = await new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema: own,
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+      migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+    }).initialize();
+    const [holder, queued, admin] = [
+      await connectPostgresOrFail(),
+      await connectPostgresOrFail(),
+      await connectPostgresOrFail(),
+    ];
+    const parent = `"${own}"."idempotency_records"`;
+    const waitingOn = (text: string) =>
+      waitUntil(
+        async () =>
+          Number(
+            (
+              await admin.query(
+                "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1",
+                [`%${text}%`],
+              )
+            ).rows[0].n,
+          ) > 0,
+        10_000,
+        `a statement like ${text} waits for a lock`,
+      );
+    try {
+      // Lock waits longer than this test's: neither the claim nor the detach gives up.
+      const slow = new TypeOrmIdempotencyStore(ownDataSource, {
+        partitioning: { partitionMs: PARTITION_MS },
+        lockTimeoutMs: 20_000,
+      });
+      await ownDataSource.runMigrations();
+      expect((await slow.claim(newId(), claimRequest({ ttlMs: LIVE_MS }))).kind).toBe('claimed');
+      // The partitions of the next seconds exist: no ATTACH waits behind the locks below.
+      const [{ now_ms }] = (await ownDataSource.query(
+        'SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now_ms',
+      )) as { now_ms: string }[];
+      const first = Math.floor(Number(now_ms) / PARTITION_MS) * PARTITION_MS;
+      for (let from = first + 3 * PARTITION_MS; from < first + 12 * PARTITION_MS; from += PARTITION_MS) {
+        await ownDataSource.query(
+          `CREATE TABLE "${own}"."idempotency_records_p${from}" PARTITION OF ${parent} FOR VALUES FROM (${from}) TO (${from + PARTITION_MS})`,
+        );
+      }
+      await untilNextPartition();
+      // The claim reads the clock in this partition, then its DELETE waits for the parent.
+      await holder.query('BEGIN');
+      await holder.query(`LOCK TABLE ONLY ${parent} IN SHARE MODE`);
+      const key = newId();
+      const claiming = slow.claim(key, claimRequest({ ttlMs: LIVE_MS }));
+      await waitingOn('idempotency_records_claim');
+      await sleep(2 * PARTITION_MS + 300); // the partition ended, and the drop's grace after it
+      // Queued behind the claim: it lets the claim through and holds the reaper's DETACH back.
+      await queued.query('BEGIN');
+      const queuedLock = queued.query(`LOCK TABLE ONLY ${parent} IN SHARE UPDATE EXCLUSIVE MODE`);
+      await waitingOn('IN SHARE UPDATE EXCLUSIVE MODE');
+      const reaping = slow.deleteExpired(100);
+      await waitingOn('DETACH PARTITION');
+      await holder.query('COMMIT');
+      const claimed = await claiming;
+      expect(claimed.kind).toBe('claimed');
+      await queuedLock;
+      await queued.query('COMMIT');
+      await reaping;
+      expect((await slow.get(key))?.ownerToken).toBe(claimed.record.ownerToken);
+      expect((await slow.claim(key, claimRequest())).kind).toBe('existing');
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      await queued.query('ROLLBACK').catch(() => undefined);
+      await Promise.all([holder.end(), queued.end(), admin.end()]);
+      await ownDataSource.destroy();
+      await dropSchema(own);
+    }
   });
 
   it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {

@@ -62,6 +62,11 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
       -- The key's expired rows go; the fencing token is carried forward past them.
       SELECT max(fencing_token) INTO previous_token FROM ${table} WHERE "key" = p_key;
       DELETE FROM ${table} WHERE "key" = p_key;
+      -- The DELETE holds every attached partition (ROW EXCLUSIVE): the creation time is read only
+      -- now, so the reaper's check of the row's partition either waits for this claim or ended
+      -- before this clock (a clock read before a lock wait could put the row in a partition the
+      -- reaper has found empty, and drops).
+      now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
       RETURN QUERY INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms,
           lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted)
         VALUES (p_key, 'in_progress', p_fingerprint, p_owner, coalesce(previous_token, 0) + 1, now_ms,
