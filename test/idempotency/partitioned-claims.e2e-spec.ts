@@ -1,3 +1,4 @@
+import { jest } from '@jest/globals';
 import { DataSource } from 'typeorm';
 import { IdempotencyConfigurationError, type DurableClaimTransaction } from 'nestjs-idempotency';
 import {
@@ -248,6 +249,33 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
       await holder.query('ROLLBACK').catch(() => undefined);
       await queued.query('ROLLBACK').catch(() => undefined);
       await Promise.all([holder.end(), queued.end(), admin.end()]);
+      await ownDataSource.destroy();
+      await dropSchema(own);
+    }
+  });
+
+  it("a claim in a route's transaction on a host whose clock runs behind the database's, once no partition covers the database's clock, creates them and claims", async () => {
+    // A schema of its own: no other store here creates the partitions this one misses.
+    const own = await createThrowawaySchema('partitioned_lagging_host');
+    const ownDataSource = await new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema: own,
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+      migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+    }).initialize();
+    const realNow = Date.now.bind(Date);
+    const lagging = jest.spyOn(Date, 'now').mockImplementation(() => realNow() - 5 * PARTITION_MS);
+    try {
+      await ownDataSource.runMigrations();
+      const laggingHost = storeOn(ownDataSource);
+      await completeAndCommit(await claimOpen(laggingHost, newId()));
+      // Past the three partitions made ahead by the database's clock; this host's is 5 s behind.
+      await sleep(3 * PARTITION_MS + 100);
+      const transaction = await claimOpen(laggingHost, newId());
+      await completeAndCommit(transaction);
+    } finally {
+      lagging.mockRestore();
       await ownDataSource.destroy();
       await dropSchema(own);
     }
