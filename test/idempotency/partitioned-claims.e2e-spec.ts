@@ -1,5 +1,5 @@
 import { jest } from '@jest/globals';
-import { DataSource } from 'typeorm';
+import { DataSource, type EntityManager } from 'typeorm';
 import { IdempotencyConfigurationError, type DurableClaimTransaction } from 'nestjs-idempotency';
 import {
   IDEMPOTENCY_TYPEORM_ENTITIES,
@@ -279,6 +279,25 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
       await ownDataSource.destroy();
       await dropSchema(own);
     }
+  });
+
+  it("the claim function keeps the caller's lock_timeout when one transaction calls it twice (a route's claim that found the key live, then found it gone, and tries again)", async () => {
+    const live = newId();
+    expect((await store().claim(live, claimRequest({ ttlMs: LIVE_MS }))).kind).toBe('claimed');
+    const claimFunction = `"${schema}"."idempotency_records_claim"`;
+    const callClaim = (manager: EntityManager, key: string) =>
+      manager.query(
+        `SELECT owner_token FROM ${claimFunction}($1, 'fingerprint', $2, 1000, ${LIVE_MS}, ${LOCK_TIMEOUT_MS})`,
+        [key, newId()],
+      ) as Promise<unknown[]>;
+    await dataSource.transaction(async (manager) => {
+      await manager.query("SET LOCAL lock_timeout = '7s'");
+      expect(await callClaim(manager, live)).toHaveLength(0);
+      expect(await callClaim(manager, newId())).toHaveLength(1);
+      // What the route's savepoint() runs before its handler (restoreLockTimeout).
+      await manager.query("SELECT set_config('lock_timeout', current_setting('idempotency.saved_lock_timeout'), true)");
+      expect(await manager.query('SHOW lock_timeout')).toEqual([{ lock_timeout: '7s' }]);
+    });
   });
 
   it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {

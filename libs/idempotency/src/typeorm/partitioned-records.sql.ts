@@ -49,8 +49,11 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
       now_ms bigint;
       previous_token integer;
     BEGIN
-      -- The caller's lock_timeout is kept for the restore after the claim (a route's handler).
-      PERFORM set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);
+      -- The caller's lock_timeout is kept for the restore after the claim (a route's handler); a
+      -- second call in the transaction (a claim tried again) must not save the first one's.
+      IF coalesce(current_setting('${SAVED_LOCK_TIMEOUT}', true), '') = '' THEN
+        PERFORM set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);
+      END IF;
       PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
       -- One claim of the key at a time, until this transaction ends.
       PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7236150000));
