@@ -300,6 +300,54 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     });
   });
 
+  it("the reaper does not queue for a past partition that still holds a live row, so claims of new keys do not wait behind it for a route's open transaction", async () => {
+    const own = await createThrowawaySchema('partitioned_reaper_queue');
+    const ownDataSource = await new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema: own,
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+      migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
+    }).initialize();
+    const admin = await connectPostgresOrFail();
+    let open: DurableClaimTransaction | undefined;
+    try {
+      await ownDataSource.runMigrations();
+      // The reaper's instance waits longer for locks than the claiming one.
+      const reaper = new TypeOrmIdempotencyStore(ownDataSource, {
+        partitioning: { partitionMs: PARTITION_MS },
+        lockTimeoutMs: 5_000,
+      });
+      expect((await reaper.claim(newId(), claimRequest({ ttlMs: LIVE_MS }))).kind).toBe('claimed');
+      await untilNextPartition();
+      await sleep(PARTITION_MS + 100); // the live row's partition ended over a second ago
+      // A route's transaction at work: its claim's DELETE holds every attached partition.
+      open = await claimOpen(storeOn(ownDataSource), newId());
+      let reaped = false;
+      const reaping = reaper.deleteExpired(100).finally(() => (reaped = true));
+      const reaperWaits = async () =>
+        Number(
+          (
+            await admin.query(
+              "SELECT count(*) AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%IN SHARE MODE%'",
+            )
+          ).rows[0].n,
+        ) > 0;
+      await waitUntil(async () => reaped || (await reaperWaits()), 10_000, 'the reaper is done or waits for its lock');
+      const next = await storeOn(ownDataSource).claimInTransaction(newId(), claimRequest());
+      expect(next.kind).toBe('claimed');
+      if (next.kind === 'claimed') await completeAndCommit(next.transaction);
+      await completeAndCommit(open);
+      open = undefined;
+      expect(await reaping).toBe(0);
+    } finally {
+      await open?.rollback();
+      await admin.end();
+      await ownDataSource.destroy();
+      await dropSchema(own);
+    }
+  });
+
   it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {
     const sqljs = new DataSource({ type: 'sqljs', entities: idempotencyTypeOrmEntities('sqljs') });
     expect(() => new TypeOrmIdempotencyStore(sqljs, { partitioning: { partitionMs: PARTITION_MS } })).toThrow(

@@ -128,12 +128,21 @@ export class PartitionMaintenance {
         return false;
       }
       const name = this.qualified(partition.name);
-      await runner.query(`LOCK TABLE ${name} IN SHARE MODE`);
-      const [{ last }] = (await runner.query(`SELECT COALESCE(max(expires_at_ms), 0) AS last FROM ${name}`)) as {
-        last: string;
-      }[];
+      const allExpiredNow = async () => {
+        const [{ last }] = (await runner.query(`SELECT COALESCE(max(expires_at_ms), 0) AS last FROM ${name}`)) as {
+          last: string;
+        }[];
+        return Number(last) <= now - DROP_GRACE_MS;
+      };
+      // A committed live row keeps it without the lock: every claim's DELETE holds every
+      // partition, and would queue behind the SHARE lock while it waits for a route's transaction.
+      let expired = await allExpiredNow();
+      if (expired) {
+        await runner.query(`LOCK TABLE ${name} IN SHARE MODE`);
+        expired = await allExpiredNow();
+      }
       await runner.commitTransaction();
-      return Number(last) <= now - DROP_GRACE_MS;
+      return expired;
     } catch (error) {
       await rollbackQuietly(runner);
       // A writer held the partition longer than lockTimeoutMs: it is kept, and tried next time.
