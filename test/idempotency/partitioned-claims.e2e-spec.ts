@@ -64,12 +64,17 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
    * Runs `work` on the partitioned table in a schema of its own, named by the DataSource's
    * `schema` alone (no search path): the reaper meets only the partitions `work` makes.
    */
-  const inOwnSchema = async (prefix: string, work: (on: DataSource, own: string) => Promise<void>) => {
+  const inOwnSchema = async (
+    prefix: string,
+    work: (on: DataSource, own: string) => Promise<void>,
+    connectionOptions?: string,
+  ) => {
     const own = await createThrowawaySchema(prefix);
     const on = await new DataSource({
       type: 'postgres',
       url: TEST_DATABASE_URL,
       schema: own,
+      extra: connectionOptions ? { options: connectionOptions } : undefined,
       entities: IDEMPOTENCY_TYPEORM_ENTITIES,
       migrations: IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS,
     }).initialize();
@@ -327,6 +332,33 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
         await admin.end();
       }
     });
+  });
+
+  it("on a server whose default isolation is REPEATABLE READ, a claim refuses to run (its read after the key's lock would miss a claim committed meanwhile, and grant the key twice)", async () => {
+    await inOwnSchema(
+      'partitioned_server_rr',
+      async (on, own) => {
+        const admin = await connectPostgresOrFail();
+        const key = newId();
+        const twoClaims = async () => {
+          const first = await claimOpen(storeOn(on, 5_000), key);
+          const second = storeOn(on, 5_000).claim(key, claimRequest());
+          await waitUntil(
+            () => waitsForLock(admin, own, 'idempotency_records_claim'),
+            10_000,
+            'the second claim waits for the key',
+          );
+          await completeAndCommit(first);
+          return (await second).kind;
+        };
+        try {
+          await expect(twoClaims()).rejects.toThrow(/claims at READ COMMITTED, this transaction is REPEATABLE READ/);
+        } finally {
+          await admin.end();
+        }
+      },
+      '-c default_transaction_isolation=repeatable\\ read',
+    );
   });
 
   it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {

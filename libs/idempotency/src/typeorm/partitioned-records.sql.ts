@@ -55,6 +55,15 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
         PERFORM set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);
       END IF;
       PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+      -- A snapshot taken before the lock (REPEATABLE READ, SERIALIZABLE: also a server's or role's
+      -- default_transaction_isolation, which the store's own check does not see) would miss a
+      -- claim of the key committed while this one waited, and grant the key twice.
+      IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+        RAISE EXCEPTION 'the partitioned idempotency table claims at READ COMMITTED, this transaction is %',
+          upper(current_setting('transaction_isolation'))
+          USING ERRCODE = '0A000', HINT = 'Set default_transaction_isolation to read committed for the '
+            'connections of the store''s DataSource, or use the default table.';
+      END IF;
       -- One claim of the key at a time, until this transaction ends.
       PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7236150000));
       now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
