@@ -361,6 +361,21 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     );
   });
 
+  it('the migration reverts: the table with its partitions and records, and the claim function', async () => {
+    await inOwnSchema('partitioned_revert', async (on, own) => {
+      expect((await storeOn(on).claim(newId(), claimRequest())).kind).toBe('claimed');
+      await on.undoLastMigration();
+      const [left] = (await on.query(
+        `SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = $1 AND c.relname LIKE 'idempotency_records%') AS tables,
+                (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                  WHERE n.nspname = $1) AS functions`,
+        [own],
+      )) as { tables: string; functions: string }[];
+      expect(left).toEqual({ tables: '0', functions: '0' });
+    });
+  });
+
   it('refuses what the partitioned table cannot do (sql.js, a partition under 1 s, a route above READ COMMITTED), and a store without the option says what it lacks', async () => {
     const sqljs = new DataSource({ type: 'sqljs', entities: idempotencyTypeOrmEntities('sqljs') });
     expect(() => new TypeOrmIdempotencyStore(sqljs, { partitioning: { partitionMs: PARTITION_MS } })).toThrow(

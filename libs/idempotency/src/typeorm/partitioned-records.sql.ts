@@ -89,9 +89,12 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
   ];
 }
 
-/** Undoes {@link partitionedTableDdl}: the table with every partition and record, and the function. */
+/**
+ * Undoes {@link partitionedTableDdl}: the function first (it returns the table's row type, so the
+ * table cannot go before it), then the table with every partition and record.
+ */
 export function dropPartitionedTableDdl(names: PartitionedNames): string[] {
-  return [`DROP TABLE ${names.table}`, `DROP FUNCTION ${names.claimFunction}`];
+  return [`DROP FUNCTION ${names.claimFunction}`, `DROP TABLE ${names.table}`];
 }
 
 /**
