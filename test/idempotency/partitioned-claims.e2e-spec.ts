@@ -361,6 +361,25 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     );
   });
 
+  it("a claim goes through while the partitions ahead cannot be attached (a lock on the table, as ANALYZE's, outlasts the lock timeout): the current partition exists", async () => {
+    await inOwnSchema('partitioned_attach_waits', async (on, own) => {
+      const analyze = await connectPostgresOrFail();
+      try {
+        expect((await storeOn(on).claim(newId(), claimRequest())).kind).toBe('claimed');
+        await untilNextPartition();
+        // What ANALYZE of the table holds: ATTACH PARTITION waits for it.
+        await analyze.query('BEGIN');
+        await analyze.query(`LOCK TABLE ONLY "${own}"."idempotency_records" IN SHARE UPDATE EXCLUSIVE MODE`);
+        // A new instance: its first claim creates the partition after the last one made ahead.
+        expect((await storeOn(on).claim(newId(), claimRequest())).kind).toBe('claimed');
+        await completeAndCommit(await claimOpen(storeOn(on), newId()));
+      } finally {
+        await analyze.query('ROLLBACK').catch(() => undefined);
+        await analyze.end();
+      }
+    });
+  });
+
   it('the migration reverts: the table with its partitions and records, and the claim function', async () => {
     await inOwnSchema('partitioned_revert', async (on, own) => {
       expect((await storeOn(on).claim(newId(), claimRequest())).kind).toBe('claimed');
