@@ -258,6 +258,12 @@ const CHECKS = [
     mutate: 'partition-drop-waits-writers',
     expect: { violates: ['mutual_exclusion'] },
   },
+  {
+    name: 'mutant partitioned: the claim reads the clock before the lock waits of its DELETE',
+    ...shortest(PARTITIONED, ['CLOCK_BEFORE_LOCKS']),
+    expect: { violates: ['mutual_exclusion'] },
+    why: 'the row goes in a partition the reaper found empty before the claim held it: the drop takes a live record',
+  },
 ];
 
 function parseArgs(argv) {

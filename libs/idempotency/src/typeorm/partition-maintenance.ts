@@ -61,7 +61,10 @@ export class PartitionMaintenance {
       .operation('partition maintenance', (runner) => this.createAhead(runner))
       .then((horizon) => void (this.horizonMs = horizon))
       .finally(() => (this.creating = undefined));
-    await this.creating;
+    if (force) return this.creating;
+    // Ahead of need, a failure (ATTACH waiting behind ANALYZE) must not fail the claim: its row's
+    // partition exists, or its insert finds none and forces the creation, which reports it.
+    await this.creating.catch(() => undefined);
   }
 
   /**
@@ -94,28 +97,27 @@ export class PartitionMaintenance {
     for (const partition of partitions) {
       const name = this.qualified(partition.name);
       // A detach cut short between its two transactions (its check passed) is finished first.
-      const rows = partition.detaching ? 0 : await this.expiredRows(runner, partition, nowMs);
-      if (rows === undefined) continue;
+      if (!partition.detaching && !(await this.allExpired(runner, partition, nowMs))) continue;
       // CONCURRENTLY: claims keep running; it waits for the transactions that may still see the partition.
       const detach = `ALTER TABLE ${table} DETACH PARTITION ${name} ${partition.detaching ? 'FINALIZE' : 'CONCURRENTLY'}`;
       // PostgreSQL lets one detach be pending per table: the next call finishes it first.
       if (!(await this.withLockTimeout(runner, detach))) break;
+      // Counted once detached: nothing waits for this scan (under the check's SHARE lock, every
+      // claim's DELETE would, for as long as it reads the whole partition).
+      const [{ n }] = (await runner.query(`SELECT count(*) AS n FROM ${name}`)) as { n: string }[];
       await runner.query(`DROP TABLE ${name}`);
-      dropped += rows;
+      dropped += Number(n);
     }
     return dropped;
   }
 
   /**
-   * The number of rows of a past partition whose rows have all expired, or undefined to keep it.
-   * The SHARE lock waits for the transactions writing to it (a route's uncommitted claim, a
-   * renewal inside `transaction()`) and keeps new writers out while it reads.
+   * Whether a past partition's rows have all expired (false: keep it). The SHARE lock waits for
+   * the transactions writing to it (a route's uncommitted claim, a renewal inside
+   * `transaction()`) and keeps new writers out while it reads the last expiry, one probe of its
+   * expiry index: every claim's DELETE waits for that lock.
    */
-  private async expiredRows(
-    runner: QueryRunner,
-    partition: Partition,
-    nowMs: number | undefined,
-  ): Promise<number | undefined> {
+  private async allExpired(runner: QueryRunner, partition: Partition, nowMs: number | undefined): Promise<boolean> {
     await runner.startTransaction();
     try {
       await runner.query(`SET LOCAL lock_timeout = '${this.db.lockTimeoutMs}ms'`);
@@ -123,21 +125,31 @@ export class PartitionMaintenance {
         nowMs ?? null,
       ])) as { now_ms: string }[];
       const now = Number(now_ms);
-      if (partition.to > now) {
+      // The grace after the range's end too: a claim's clock read just before it, inserting just after.
+      if (partition.to > now - DROP_GRACE_MS) {
         await runner.rollbackTransaction();
-        return undefined;
+        return false;
       }
       const name = this.qualified(partition.name);
-      await runner.query(`LOCK TABLE ${name} IN SHARE MODE`);
-      const [{ n, last }] = (await runner.query(
-        `SELECT count(*) AS n, COALESCE(max(expires_at_ms), 0) AS last FROM ${name}`,
-      )) as { n: string; last: string }[];
+      const allExpiredNow = async () => {
+        const [{ last }] = (await runner.query(`SELECT COALESCE(max(expires_at_ms), 0) AS last FROM ${name}`)) as {
+          last: string;
+        }[];
+        return Number(last) <= now - DROP_GRACE_MS;
+      };
+      // A committed live row keeps it without the lock: every claim's DELETE holds every
+      // partition, and would queue behind the SHARE lock while it waits for a route's transaction.
+      let expired = await allExpiredNow();
+      if (expired) {
+        await runner.query(`LOCK TABLE ${name} IN SHARE MODE`);
+        expired = await allExpiredNow();
+      }
       await runner.commitTransaction();
-      return Number(last) <= now - DROP_GRACE_MS ? Number(n) : undefined;
+      return expired;
     } catch (error) {
       await rollbackQuietly(runner);
       // A writer held the partition longer than lockTimeoutMs: it is kept, and tried next time.
-      if (sqlState(error) === LOCK_NOT_AVAILABLE) return undefined;
+      if (sqlState(error) === LOCK_NOT_AVAILABLE) return false;
       throw error;
     }
   }

@@ -49,9 +49,21 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
       now_ms bigint;
       previous_token integer;
     BEGIN
-      -- The caller's lock_timeout is kept for the restore after the claim (a route's handler).
-      PERFORM set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);
+      -- The caller's lock_timeout is kept for the restore after the claim (a route's handler); a
+      -- second call in the transaction (a claim tried again) must not save the first one's.
+      IF coalesce(current_setting('${SAVED_LOCK_TIMEOUT}', true), '') = '' THEN
+        PERFORM set_config('${SAVED_LOCK_TIMEOUT}', current_setting('lock_timeout'), true);
+      END IF;
       PERFORM set_config('lock_timeout', p_lock_timeout_ms || 'ms', true);
+      -- A snapshot taken before the lock (REPEATABLE READ, SERIALIZABLE: also a server's or role's
+      -- default_transaction_isolation, which the store's own check does not see) would miss a
+      -- claim of the key committed while this one waited, and grant the key twice.
+      IF current_setting('transaction_isolation') NOT IN ('read committed', 'read uncommitted') THEN
+        RAISE EXCEPTION 'the partitioned idempotency table claims at READ COMMITTED, this transaction is %',
+          upper(current_setting('transaction_isolation'))
+          USING ERRCODE = '0A000', HINT = 'Set default_transaction_isolation to read committed for the '
+            'connections of the store''s DataSource, or use the default table.';
+      END IF;
       -- One claim of the key at a time, until this transaction ends.
       PERFORM pg_advisory_xact_lock(hashtextextended(p_key, 7236150000));
       now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
@@ -62,6 +74,11 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
       -- The key's expired rows go; the fencing token is carried forward past them.
       SELECT max(fencing_token) INTO previous_token FROM ${table} WHERE "key" = p_key;
       DELETE FROM ${table} WHERE "key" = p_key;
+      -- The DELETE holds every attached partition (ROW EXCLUSIVE): the creation time is read only
+      -- now, so the reaper's check of the row's partition either waits for this claim or ended
+      -- before this clock (a clock read before a lock wait could put the row in a partition the
+      -- reaper has found empty, and drops).
+      now_ms := floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint;
       RETURN QUERY INSERT INTO ${table} ("key", state, fingerprint, owner_token, fencing_token, created_at_ms,
           lease_expires_at_ms, expires_at_ms, response_status, response_headers, response_body, response_body_omitted)
         VALUES (p_key, 'in_progress', p_fingerprint, p_owner, coalesce(previous_token, 0) + 1, now_ms,
@@ -72,9 +89,12 @@ export function partitionedTableDdl(names: PartitionedNames): string[] {
   ];
 }
 
-/** Undoes {@link partitionedTableDdl}: the table with every partition and record, and the function. */
+/**
+ * Undoes {@link partitionedTableDdl}: the function first (it returns the table's row type, so the
+ * table cannot go before it), then the table with every partition and record.
+ */
 export function dropPartitionedTableDdl(names: PartitionedNames): string[] {
-  return [`DROP TABLE ${names.table}`, `DROP FUNCTION ${names.claimFunction}`];
+  return [`DROP FUNCTION ${names.claimFunction}`, `DROP TABLE ${names.table}`];
 }
 
 /**

@@ -177,15 +177,24 @@ export class TypeOrmIdempotencyStore extends DurableIdempotencyStore {
       checkPartitionedIsolation(options.isolationLevel ?? this.dataSource.options.isolationLevel);
       await this.partitions.ensureAhead();
     }
-    return this.db.claimInTransaction(
-      key,
-      request,
-      (response) => {
-        checkStoredResponse(response);
-        return this.completionParams(key, request.ownerToken, response);
-      },
-      options,
-    );
+    const claim = () =>
+      this.db.claimInTransaction(
+        key,
+        request,
+        (response) => {
+          checkStoredResponse(response);
+          return this.completionParams(key, request.ownerToken, response);
+        },
+        options,
+      );
+    try {
+      return await claim();
+    } catch (error) {
+      // Partitioned: this host's clock judged the partitions ahead enough, the database's did not.
+      if (!this.partitions || sqlState((error as { cause?: unknown }).cause) !== NO_PARTITION_FOR_ROW) throw error;
+      await this.partitions.ensureAhead(true);
+      return claim();
+    }
   }
 
   /**
