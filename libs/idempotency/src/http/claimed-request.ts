@@ -157,19 +157,24 @@ class ClaimedRequest implements Execution, ClaimedAttempt {
   /** {@link Execution.run}: the handler, once. */
   async run(manager: unknown): Promise<HandlerOutcome> {
     const { settlement, httpResponse, raw } = this;
-    this.idem.attachManager(manager);
-    // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
-    // subscription, and the handler's result must still settle the claim.
-    const outcome = await settlement
-      .runHandler(() => lastValueFrom(this.next.handle(), { defaultValue: undefined }))
-      .then(succeeded, failed);
-    this.routeAtSettlement = settlement.answeredEarly
-      ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
-        { ...routeResponseState(httpResponse, raw, true), statusCode: this.routeAtStart.statusCode }
-      : routeResponseState(httpResponse, raw);
-    settlement.settle(outcome);
-    this.handled.resolve(outcome);
-    return outcome;
+    try {
+      this.idem.attachManager(manager);
+      // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
+      // subscription, and the handler's result must still settle the claim.
+      const outcome = await settlement
+        .runHandler(() => lastValueFrom(this.next.handle(), { defaultValue: undefined }))
+        .then(succeeded, failed);
+      this.routeAtSettlement = settlement.answeredEarly
+        ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
+          { ...routeResponseState(httpResponse, raw, true), statusCode: this.routeAtStart.statusCode }
+        : routeResponseState(httpResponse, raw);
+      settlement.settle(outcome);
+      this.handled.resolve(outcome);
+      return outcome;
+    } finally {
+      // Wakes `response`, which waits for the handler's own write or the end of its run.
+      settlement.handlerDone();
+    }
   }
 
   /** {@link Execution.response}: what the record stores, once it is known. */
@@ -177,14 +182,8 @@ class ClaimedRequest implements Execution, ClaimedAttempt {
     const { policy, ownHeaders } = this.route;
     // A `@Res()` handler's own response stands as soon as it is written (it may wait for
     // it to be sent); a transactional one still waits for the handler, to commit with it.
-    const first = await Promise.race([
-      ran.then((outcome) => ({ outcome, own: undefined })),
-      this.settlement.handlerWrote().then((own) => ({ outcome: undefined, own })),
-    ]);
-    const stored =
-      first.own && !policy.transactional
-        ? toStored(first.own, ownHeaders)
-        : await this.recordOf(first.outcome ?? (await ran));
+    const own = await this.settlement.ownWriteBeforeSettlement();
+    const stored = own && !policy.transactional ? toStored(own, ownHeaders) : await this.recordOf(await ran);
     this.recordedResponse = stored;
     return stored;
   }
