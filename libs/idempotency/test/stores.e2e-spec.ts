@@ -72,6 +72,22 @@ describe('RedisIdempotencyStore', () => {
     };
   });
 
+  describeStoreContract(
+    "RedisIdempotencyStore, recordFormat 'compatible' (the first step of a rolling upgrade)",
+    async () => {
+      const prefix = nextPrefix('contract-compatible');
+      const store = new RedisIdempotencyStore(redis, { prefix, recordFormat: 'compatible' });
+      await store.onModuleInit();
+      return {
+        store,
+        cleanup: async () => {
+          await store.onApplicationShutdown();
+          await deleteKeys(redis, `${prefix}:`);
+        },
+      };
+    },
+  );
+
   describe('storage layout', () => {
     let store: RedisIdempotencyStore;
     let prefix: string;
