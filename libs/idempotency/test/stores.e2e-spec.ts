@@ -3,7 +3,11 @@ import { createServer, type Socket } from 'node:net';
 import { jest } from '@jest/globals';
 import { Cluster, type Redis } from 'ioredis';
 import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import {
+  REDIS_FAIL_FAST_OPTIONS,
+  RedisIdempotencyStore,
+  type RedisIdempotencyStoreOptions,
+} from 'nestjs-idempotency/redis';
 import { decodeClaimReply, decodeFlagReply, decodeGetReply } from '../src/redis/redis-reply-codec.js';
 import { packResponse } from '../src/redis/response-packing.js';
 import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
@@ -59,9 +63,10 @@ describe('RedisIdempotencyStore', () => {
     await redis.quit();
   });
 
-  describeStoreContract('RedisIdempotencyStore (127.0.0.1:6379 or REDIS_URL)', async () => {
-    const prefix = nextPrefix('contract');
-    const store = new RedisIdempotencyStore(redis, { prefix });
+  /** A store of its own prefix on the shared Redis, for the contract suite. */
+  const contractStore = (label: string, options: RedisIdempotencyStoreOptions) => async () => {
+    const prefix = nextPrefix(label);
+    const store = new RedisIdempotencyStore(redis, { ...options, prefix });
     await store.onModuleInit();
     return {
       store,
@@ -70,22 +75,12 @@ describe('RedisIdempotencyStore', () => {
         await deleteKeys(redis, `${prefix}:`);
       },
     };
-  });
+  };
 
+  describeStoreContract('RedisIdempotencyStore (127.0.0.1:6379 or REDIS_URL)', contractStore('contract', {}));
   describeStoreContract(
     "RedisIdempotencyStore, recordFormat 'compatible' (the first step of a rolling upgrade)",
-    async () => {
-      const prefix = nextPrefix('contract-compatible');
-      const store = new RedisIdempotencyStore(redis, { prefix, recordFormat: 'compatible' });
-      await store.onModuleInit();
-      return {
-        store,
-        cleanup: async () => {
-          await store.onApplicationShutdown();
-          await deleteKeys(redis, `${prefix}:`);
-        },
-      };
-    },
+    contractStore('contract-compatible', { recordFormat: 'compatible' }),
   );
 
   describe('storage layout', () => {
