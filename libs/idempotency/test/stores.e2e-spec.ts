@@ -3,7 +3,11 @@ import { createServer, type Socket } from 'node:net';
 import { jest } from '@jest/globals';
 import { Cluster, type Redis } from 'ioredis';
 import { IdempotencyStoreError, MemoryIdempotencyStore, type StoredResponse } from 'nestjs-idempotency';
-import { REDIS_FAIL_FAST_OPTIONS, RedisIdempotencyStore } from 'nestjs-idempotency/redis';
+import {
+  REDIS_FAIL_FAST_OPTIONS,
+  RedisIdempotencyStore,
+  type RedisIdempotencyStoreOptions,
+} from 'nestjs-idempotency/redis';
 import { decodeClaimReply, decodeFlagReply, decodeGetReply } from '../src/redis/redis-reply-codec.js';
 import { packResponse } from '../src/redis/response-packing.js';
 import { deleteKeys, openRedis, redisUrl } from '../../../test/support/servers/redis.js';
@@ -59,9 +63,10 @@ describe('RedisIdempotencyStore', () => {
     await redis.quit();
   });
 
-  describeStoreContract('RedisIdempotencyStore (127.0.0.1:6379 or REDIS_URL)', async () => {
-    const prefix = nextPrefix('contract');
-    const store = new RedisIdempotencyStore(redis, { prefix });
+  /** A store of its own prefix on the shared Redis, for the contract suite. */
+  const contractStore = (label: string, options: RedisIdempotencyStoreOptions) => async () => {
+    const prefix = nextPrefix(label);
+    const store = new RedisIdempotencyStore(redis, { ...options, prefix });
     await store.onModuleInit();
     return {
       store,
@@ -70,7 +75,13 @@ describe('RedisIdempotencyStore', () => {
         await deleteKeys(redis, `${prefix}:`);
       },
     };
-  });
+  };
+
+  describeStoreContract('RedisIdempotencyStore (127.0.0.1:6379 or REDIS_URL)', contractStore('contract', {}));
+  describeStoreContract(
+    "RedisIdempotencyStore, recordFormat 'compatible' (the first step of a rolling upgrade)",
+    contractStore('contract-compatible', { recordFormat: 'compatible' }),
+  );
 
   describe('storage layout', () => {
     let store: RedisIdempotencyStore;
@@ -315,6 +326,112 @@ describe('RedisIdempotencyStore', () => {
         await admin.quit();
         await server.stop();
       }
+    });
+  });
+
+  describe("rolling upgrade from 0.1.0: recordFormat 'compatible'", () => {
+    /**
+     * 0.1.0's record decoding (the `decode` of its scripts' prelude, with the checks it made),
+     * kept here as that release shipped it: the test's stand-in for an instance not yet upgraded.
+     * Answers the flags and headers field of a record it accepts, or why it refuses it.
+     */
+    const RELEASE_0_1_0_DECODE = `
+local raw = redis.call('GET', KEYS[1])
+local ok, version, flags, fencing, created, lease, expires, status, fp, owner, headers, pos =
+  pcall(struct.unpack, '>BBI4I6I6I6I2I2c0I2c0I4c0', raw)
+if not ok then return redis.error_reply('the value is not a record') end
+if version ~= 1 then return redis.error_reply('unknown record format version') end
+local body = string.sub(raw, pos)
+if flags > 15 or (flags ~= 0 and flags % 2 == 0) or fencing < 1
+    or (bit.band(flags, 4 + 8) == 0 and #body > 0)
+    or (bit.band(flags, 8) ~= 0 and #headers > 0) then
+  return redis.error_reply('inconsistent record fields')
+end
+return { flags, headers }
+`;
+    const decodeAs010 = async (key: string): Promise<[number, string]> =>
+      (await redis.eval(RELEASE_0_1_0_DECODE, 1, key)) as [number, string];
+
+    let prefix: string;
+    let compatible: RedisIdempotencyStore;
+    let compact: RedisIdempotencyStore;
+    beforeEach(() => {
+      prefix = nextPrefix('compat');
+      compatible = new RedisIdempotencyStore(redis, { prefix, recordFormat: 'compatible' });
+      compact = new RedisIdempotencyStore(redis, { prefix });
+    });
+    afterEach(async () => {
+      await compatible.onApplicationShutdown();
+      await compact.onApplicationShutdown();
+    });
+
+    const order = (bodyBytes: number): StoredResponse => ({
+      statusCode: 201,
+      headers: { 'content-type': 'application/json; charset=utf-8', location: '/orders/7', vary: ['Origin'] },
+      body: Buffer.from(JSON.stringify({ status: 'paid', note: 'n'.repeat(bodyBytes) }).slice(0, bodyBytes)),
+    });
+
+    it.each([
+      ['a 300-byte order (compact would store it with flag 16)', order(300), true],
+      ['a 2 000-byte order', order(2_000), true],
+      [
+        'a 2-byte body with one header: too small to compress',
+        { statusCode: 200, headers: { a: 'b' }, body: Buffer.from('ok') },
+        false,
+      ],
+      ['no body', { statusCode: 204, headers: { etag: '"v1"' } }, false],
+      ['a body left out (bodyOmitted)', { statusCode: 200, headers: {}, bodyOmitted: true }, false],
+    ] as [string, StoredResponse, boolean][])(
+      'writes %s in a form 0.1.0 reads (flags ≤ 15, JSON headers or packed), which this version reads back',
+      async (_, response, packed) => {
+        const id = newId();
+        const key = `${prefix}:{${id}}`;
+        const { record } = await compatible.claim(id, claimRequest());
+        expect(await compatible.complete(id, record.ownerToken, response)).toBe(true);
+        const [flags, headers] = await decodeAs010(key);
+        expect(flags).toBeLessThanOrEqual(15);
+        expect((flags & 8) !== 0).toBe(packed);
+        if (!packed) expect(JSON.parse(headers)).toEqual(response.headers);
+        expect((await compact.get(id))?.response).toEqual(response);
+        expect((await compatible.get(id))?.response).toEqual(response);
+      },
+    );
+
+    it('restores (repair from the durable tier) in the form 0.1.0 reads', async () => {
+      const id = newId();
+      const [seconds] = await redis.time();
+      const now = Number(seconds) * 1000;
+      const record = {
+        state: 'completed' as const,
+        fingerprint: newFingerprint(),
+        ownerToken: newToken(),
+        fencingToken: 2,
+        createdAtMs: now - 1_000,
+        leaseExpiresAtMs: now + 29_000,
+        expiresAtMs: now + 60_000,
+        response: order(300),
+      };
+      expect(await compatible.restore(id, record)).toBe(true);
+      const [flags] = await decodeAs010(`${prefix}:{${id}}`);
+      expect(flags).toBeLessThanOrEqual(15);
+      expect(await compact.get(id)).toEqual(record);
+    });
+
+    it("reads, replays and is refused nothing of what the 'compact' format wrote (0.1.0 refuses it)", async () => {
+      const id = newId();
+      const key = `${prefix}:{${id}}`;
+      const { record } = await compact.claim(id, claimRequest());
+      expect(await compact.complete(id, record.ownerToken, order(300))).toBe(true);
+      await expect(decodeAs010(key)).rejects.toThrow('inconsistent record fields');
+      const replay = await compatible.claim(id, claimRequest());
+      expect(replay.kind).toBe('existing');
+      expect(replay.record.response).toEqual(order(300));
+    });
+
+    it('rejects an unknown record format', () => {
+      expect(() => new RedisIdempotencyStore(redis, { recordFormat: 'json' as unknown as 'compact' })).toThrow(
+        TypeError,
+      );
     });
   });
 

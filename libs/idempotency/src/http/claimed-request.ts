@@ -9,7 +9,7 @@ import { lastValueFrom, Observable, of, throwError } from 'rxjs';
 import { IDEMPOTENCY_CONTEXT } from '../decorators/idempotency-context.decorator.js';
 import type { IdempotencyClaim } from '../engine/idempotency-claim.js';
 import { IdempotencyContextRef } from '../engine/idempotency-context.js';
-import type { ExecutionResult, HandlerOutcome } from '../engine/idempotency-engine.types.js';
+import type { Execution, ExecutionResult, HandlerOutcome } from '../engine/idempotency-engine.types.js';
 import type { IdempotencyService } from '../engine/idempotency.service.js';
 import { decideOutcome, type OutcomeOverride } from '../engine/outcome-policy.js';
 import { replayableHeaders } from './replayable-headers.js';
@@ -46,61 +46,167 @@ export function runClaimedRequest(
   context: ExecutionContext,
   next: CallHandler,
   claim: IdempotencyClaim,
-  { policy, outcome: routeOutcome, ownHeaders, handlerWrites, passthrough, redirects }: RouteState,
+  route: RouteState,
   echo: string | undefined,
-  { engine, logger, createProblem }: ClaimedRequestDeps,
+  deps: ClaimedRequestDeps,
 ): Observable<unknown> {
   const http = context.switchToHttp();
   const request = http.getRequest<HttpRequest>();
-  const response = http.getResponse<HttpResponse>();
-  const raw = (response.raw ?? response) as ServerResponse;
-  const idem = new IdempotencyContextRef(claim);
-  (request as Record<symbol, unknown>)[IDEMPOTENCY_CONTEXT] = idem;
-  if (echo !== undefined) setHeader(response, IDEMPOTENCY_KEY_HEADER, echo);
-  if (policy.replayHeader.onFresh) setHeader(response, policy.replayHeader.name, replayMarker(policy, false));
+  const claimed = new ClaimedRequest(request, http.getResponse<HttpResponse>(), next, claim, route, echo, deps);
+  void claimed.execute();
+  attempts.set(request, claimed);
+  return claimed.handOut();
+}
 
-  // Where Nest renders nothing of a success, the handler answers through the response itself.
-  const handlerAnswers = handlerWrites && !passthrough;
-  const settlement = new HandlerSettlement(handlerAnswers);
-  // What the route set before the handler ran: the fallback when an outer layer overwrites it.
-  const routeAtStart = routeResponseState(response, raw);
-  let routeAtSettlement = routeAtStart;
-  const handled = deferred<HandlerOutcome>();
-  const executed = deferred<ExecutionResult>();
+const succeeded = (value: unknown): HandlerOutcome => ({ ok: true, value });
+const failed = (error: unknown): HandlerOutcome => ({ ok: false, error });
+
+/**
+ * One claimed request: the engine's {@link Execution} of it (its methods are called by the
+ * engine) and the attempt an outer `retry()` finds again. State lives in fields, not in closures
+ * made per request.
+ */
+class ClaimedRequest implements Execution, ClaimedAttempt {
+  private readonly raw: ServerResponse;
+  private readonly idem: IdempotencyContextRef;
+  private readonly settlement: HandlerSettlement;
+  /** What the route set before the handler ran: the fallback when an outer layer overwrites it. */
+  private readonly routeAtStart: RouteResponseState;
+  private routeAtSettlement: RouteResponseState;
+  private readonly handled = deferred<HandlerOutcome>();
+  private readonly executed = deferred<ExecutionResult>();
   /** What replaces the handler's own held answer when its transaction rolled back under it. */
-  let replaceOwnAnswer: CapturedResponse | undefined;
+  private replaceOwnAnswer: CapturedResponse | undefined;
   /** What the engine was given to decide the record with (for a re-entry of this request). */
-  let recorded: { response?: StoredResponse; override?: OutcomeOverride } = {};
+  private recordedResponse: StoredResponse | undefined;
+  private recordedOverride: OutcomeOverride | undefined;
 
-  // Installed before the handler starts: a handler may write its response synchronously.
-  // A transactional response must not leave before its commit, however large it is.
-  const holdBytes = policy.transactional ? Number.POSITIVE_INFINITY : policy.maxStoredResponseBytes;
-  new ResponseCapture(raw, holdBytes, async (captured) => {
+  constructor(
+    request: HttpRequest,
+    private readonly httpResponse: HttpResponse,
+    private readonly next: CallHandler,
+    private readonly claim: IdempotencyClaim,
+    private readonly route: RouteState,
+    private readonly echo: string | undefined,
+    private readonly deps: ClaimedRequestDeps,
+  ) {
+    const { policy } = route;
+    const raw = (httpResponse.raw ?? httpResponse) as ServerResponse;
+    this.raw = raw;
+    this.idem = new IdempotencyContextRef(claim);
+    (request as Record<symbol, unknown>)[IDEMPOTENCY_CONTEXT] = this.idem;
+    if (echo !== undefined) setHeader(httpResponse, IDEMPOTENCY_KEY_HEADER, echo);
+    if (policy.replayHeader.onFresh) setHeader(httpResponse, policy.replayHeader.name, replayMarker(policy, false));
+
+    // Where Nest renders nothing of a success, the handler answers through the response itself.
+    const settlement = new HandlerSettlement(route.handlerWrites && !route.passthrough);
+    this.settlement = settlement;
+    this.routeAtStart = routeResponseState(httpResponse, raw);
+    this.routeAtSettlement = this.routeAtStart;
+
+    // Installed before the handler starts: a handler may write its response synchronously.
+    // A transactional response must not leave before its commit, however large it is.
+    const holdBytes = policy.transactional ? Number.POSITIVE_INFINITY : policy.maxStoredResponseBytes;
+    new ResponseCapture(raw, holdBytes, (captured) => this.released(captured));
+    // The client may have gone while the claim was being made: 'close' has fired already.
+    if (isGone(raw)) settlement.close();
+    else raw.once('close', () => settlement.close());
+  }
+
+  /** The held response may go out once this resolves; a response it returns is sent instead. */
+  private async released(captured: CapturedResponse): Promise<ReplacementResponse | undefined> {
     // Classified synchronously: the handler's flow is only visible from the writer's own call.
     // An outer layer's answer before the handler settled is not the record: it leaves at once.
-    const origin = settlement.written(captured);
+    const origin = this.settlement.written(captured);
     if (origin === 'early') return undefined;
-    const result = await executed.promise;
+    const result = await this.executed.promise;
     if (result.kind === 'replaced') {
       return problemResponse(
-        createProblem(notRunProblemKind(result.reason), { echo, retryAfterSeconds: result.retryAfterSeconds }),
+        this.deps.createProblem(notRunProblemKind(result.reason), {
+          echo: this.echo,
+          retryAfterSeconds: result.retryAfterSeconds,
+        }),
       );
     }
-    return origin === 'handler' && replaceOwnAnswer ? asReplacement(replaceOwnAnswer) : undefined;
-  });
-  // The client may have gone while the claim was being made: 'close' has fired already.
-  if (isGone(raw)) settlement.close();
-  else raw.once('close', () => settlement.close());
+    return origin === 'handler' && this.replaceOwnAnswer ? asReplacement(this.replaceOwnAnswer) : undefined;
+  }
+
+  /** Runs the claim under the engine; never rejects. */
+  async execute(): Promise<void> {
+    const { settlement, executed, handled } = this;
+    try {
+      const result = await this.deps.engine.execute(this.claim, this);
+      settlement.end();
+      executed.resolve(result);
+      if (result.kind === 'not-run') {
+        const problem = this.deps.createProblem(notRunProblemKind(result.reason), {
+          echo: this.echo,
+          retryAfterSeconds: result.retryAfterSeconds,
+        });
+        handled.resolve({ ok: false, error: problem });
+      }
+    } catch (error) {
+      // The engine freed the claim; whatever was written must still reach the client.
+      this.deps.logger.error(`the outcome of a request could not be recorded: ${String(error)}`);
+      settlement.end();
+      executed.resolve({ kind: 'sent' });
+      handled.resolve({ ok: false, error });
+    }
+  }
+
+  /** {@link Execution.run}: the handler, once. */
+  async run(manager: unknown): Promise<HandlerOutcome> {
+    const { settlement, httpResponse, raw } = this;
+    try {
+      this.idem.attachManager(manager);
+      // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
+      // subscription, and the handler's result must still settle the claim.
+      const outcome = await settlement
+        .runHandler(() => lastValueFrom(this.next.handle(), { defaultValue: undefined }))
+        .then(succeeded, failed);
+      this.routeAtSettlement = settlement.answeredEarly
+        ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
+          { ...routeResponseState(httpResponse, raw, true), statusCode: this.routeAtStart.statusCode }
+        : routeResponseState(httpResponse, raw);
+      settlement.settle(outcome);
+      this.handled.resolve(outcome);
+      return outcome;
+    } finally {
+      // Wakes `response`, which waits for the handler's own write or the end of its run.
+      settlement.handlerDone();
+    }
+  }
+
+  /** {@link Execution.response}: what the record stores, once it is known. */
+  async response(ran: Promise<HandlerOutcome>): Promise<StoredResponse | undefined> {
+    const { policy, ownHeaders } = this.route;
+    // A `@Res()` handler's own response stands as soon as it is written (it may wait for
+    // it to be sent); a transactional one still waits for the handler, to commit with it.
+    const own = await this.settlement.ownWriteBeforeSettlement();
+    const stored = own && !policy.transactional ? toStored(own, ownHeaders) : await this.recordOf(await ran);
+    this.recordedResponse = stored;
+    return stored;
+  }
+
+  /** {@link Execution.override}: read once the handler settled, so a thrown error's forced outcome counts. */
+  override(settled: HandlerOutcome | undefined): OutcomeOverride | undefined {
+    const override =
+      this.idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? this.route.outcome;
+    this.recordedOverride = override;
+    return override;
+  }
 
   /** What the record stores, decided by events (docs/contract.md B.7 rule 17a); undefined releases it. */
-  const recordOf = async (outcome: HandlerOutcome): Promise<StoredResponse | undefined> => {
+  private async recordOf(outcome: HandlerOutcome): Promise<StoredResponse | undefined> {
+    const { settlement, routeAtStart } = this;
+    const { policy, ownHeaders, handlerWrites, passthrough, redirects } = this.route;
     const own = settlement.handlerResponse;
     if (own && (outcome.ok || !policy.transactional)) return toStored(own, ownHeaders);
     if (own) {
       // A transactional handler that answered, then failed: its writes roll back, so its answer
       // must not go out as if they had not; the client and the record get its failure.
-      replaceOwnAnswer = renderHandlerOutcome(outcome, routeAtSettlement);
-      return toStored(replaceOwnAnswer, ownHeaders);
+      this.replaceOwnAnswer = renderHandlerOutcome(outcome, this.routeAtSettlement);
+      return toStored(this.replaceOwnAnswer, ownHeaders);
     }
     // A handler that writes its own answer fails last on that write, once its work is done; a
     // passthrough handler that hits a sent response was still at work (setting a header).
@@ -114,7 +220,7 @@ export function runClaimedRequest(
         ownHeaders,
       );
     }
-    if (handlerAnswers && outcome.ok) {
+    if (handlerWrites && !passthrough && outcome.ok) {
       // Nest renders nothing: the handler's answer is its own write, however late it comes (a
       // callback, a client created at startup). None before `answerTimeoutMs`: no success is
       // recorded that nobody saw; the claim is released.
@@ -124,7 +230,7 @@ export function runClaimedRequest(
         // An outer layer answered while it was waiting: what the handler did stands, unreplayable.
         return toStored({ ...renderHandlerOutcome(outcome, routeAtStart), bodyOmitted: true }, ownHeaders);
       }
-      logger.warn(
+      this.deps.logger.warn(
         `a @Res() handler returned without answering within answerTimeoutMs (${policy.answerTimeoutMs} ms): its claim is released`,
       );
       return undefined;
@@ -132,102 +238,51 @@ export function runClaimedRequest(
     // The route renders the outcome after the handler settled: its write, or the socket closing
     // first, decides; an outer layer that never writes is waited for up to `answerTimeoutMs`.
     const written = await settlement.writeAfterSettlement(policy.answerTimeoutMs);
-    if (written && isRenderingOf(written, outcome, { ...routeAtSettlement, redirects }, policy)) {
+    if (written && isRenderingOf(written, outcome, { ...this.routeAtSettlement, redirects }, policy)) {
       return toStored(written, ownHeaders);
     }
-    return toStored(renderHandlerOutcome(outcome, routeAtSettlement), ownHeaders);
-  };
+    return toStored(renderHandlerOutcome(outcome, this.routeAtSettlement), ownHeaders);
+  }
 
-  void engine
-    .execute(claim, {
-      run: async (manager) => {
-        idem.attachManager(manager);
-        // Subscribed here, not by Nest: a client that disconnects makes Nest drop its
-        // subscription, and the handler's result must still settle the claim.
-        const outcome = await settlement
-          .runHandler(() => lastValueFrom(next.handle(), { defaultValue: undefined }))
-          .then(
-            (value): HandlerOutcome => ({ ok: true, value }),
-            (error: unknown): HandlerOutcome => ({ ok: false, error }),
-          );
-        routeAtSettlement = settlement.answeredEarly
-          ? // The outer answer set its own status and representation: keep the handler's other headers (Location).
-            { ...routeResponseState(response, raw, true), statusCode: routeAtStart.statusCode }
-          : routeResponseState(response, raw);
-        settlement.settle(outcome);
-        handled.resolve(outcome);
-        return outcome;
-      },
-      response: async (ran) => {
-        // A `@Res()` handler's own response stands as soon as it is written (it may wait for
-        // it to be sent); a transactional one still waits for the handler, to commit with it.
-        const first = await Promise.race([
-          ran.then((outcome) => ({ outcome, own: undefined })),
-          settlement.handlerWrote().then((own) => ({ outcome: undefined, own })),
-        ]);
-        const stored =
-          first.own && !policy.transactional
-            ? toStored(first.own, ownHeaders)
-            : await recordOf(first.outcome ?? (await ran));
-        recorded = { ...recorded, response: stored };
-        return stored;
-      },
-      // Read once the handler settled, so a thrown error's forced outcome counts.
-      override: (settled) => {
-        const override =
-          idem.outcome ?? (settled && !settled.ok ? forcedOutcomeOf(settled.error) : undefined) ?? routeOutcome;
-        recorded = { ...recorded, override };
-        return override;
-      },
-    })
-    .then((result) => {
-      settlement.end();
-      executed.resolve(result);
-      if (result.kind === 'not-run') {
-        const problem = createProblem(notRunProblemKind(result.reason), {
-          echo,
-          retryAfterSeconds: result.retryAfterSeconds,
-        });
-        handled.resolve({ ok: false, error: problem });
-      }
-    })
-    .catch((error: unknown) => {
-      // The engine freed the claim; whatever was written must still reach the client.
-      logger.error(`the outcome of a request could not be recorded: ${String(error)}`);
-      settlement.end();
-      executed.resolve({ kind: 'sent' });
-      handled.resolve({ ok: false, error });
-    });
+  /** {@link ClaimedAttempt.nested} */
+  nested(): boolean {
+    return this.settlement.inHandlerFlow;
+  }
 
-  attempts.set(request, {
-    nested: () => settlement.inHandlerFlow,
-    async outcome() {
-      const outcome = await handled.promise;
-      settlement.supersede();
-      const result = await executed.promise;
-      const { response: stored, override } = recorded;
-      const released =
-        result.kind !== 'sent' || !stored || decideOutcome(stored.statusCode, policy, override) === 'release';
-      return released && result.kind !== 'not-run' ? 'released' : outcome;
-    },
-  });
-  return new Observable<unknown>((subscriber) => {
-    let handedOut = false;
-    void handled.promise.then((outcome) => {
-      handedOut = true;
-      if (outcome.ok) {
-        subscriber.next(outcome.value);
-        subscriber.complete();
-      } else subscriber.error(outcome.error);
+  /** {@link ClaimedAttempt.outcome} */
+  async outcome(): Promise<HandlerOutcome | 'released'> {
+    const outcome = await this.handled.promise;
+    this.settlement.supersede();
+    const result = await this.executed.promise;
+    const stored = this.recordedResponse;
+    const released =
+      result.kind !== 'sent' ||
+      !stored ||
+      decideOutcome(stored.statusCode, this.route.policy, this.recordedOverride) === 'release';
+    return released && result.kind !== 'not-run' ? 'released' : outcome;
+  }
+
+  /** The handler's outcome, for Nest's pipeline. */
+  handOut(): Observable<unknown> {
+    const { handled, settlement, raw } = this;
+    return new Observable<unknown>((subscriber) => {
+      let handedOut = false;
+      void handled.promise.then((outcome) => {
+        handedOut = true;
+        if (outcome.ok) {
+          subscriber.next(outcome.value);
+          subscriber.complete();
+        } else subscriber.error(outcome.error);
+      });
+      return () => {
+        // Dropped before the outcome was handed out: an outer layer answered on its own, or the client left.
+        if (!handedOut) {
+          if (isGone(raw)) settlement.close();
+          settlement.dropped();
+        }
+      };
     });
-    return () => {
-      // Dropped before the outcome was handed out: an outer layer answered on its own, or the client left.
-      if (!handedOut) {
-        if (isGone(raw)) settlement.close();
-        settlement.dropped();
-      }
-    };
-  });
+  }
 }
 
 /** A claimed request of this request object already ran (or runs): how it ended. */

@@ -45,6 +45,7 @@ export class HandlerSettlement {
   private outerDropped = false;
   private superseded = false;
   private flowOpen = false;
+  private handlerOver = false;
 
   constructor(
     /**
@@ -80,6 +81,15 @@ export class HandlerSettlement {
   /** The handler settled: from now on a write is the route's rendering of this outcome. */
   settle(outcome: HandlerOutcome): void {
     this.outcome ??= outcome;
+  }
+
+  /**
+   * The handler's run is over, settled or failed to start: whoever waits for a write of the
+   * handler's before that (`ownWriteBeforeSettlement`) gets none.
+   */
+  handlerDone(): void {
+    this.handlerOver = true;
+    for (const waiter of this.ownWriteWaiters.splice(0)) waiter(undefined);
   }
 
   get settled(): HandlerOutcome | undefined {
@@ -150,10 +160,13 @@ export class HandlerSettlement {
     for (const waiter of this.laterWriteWaiters.splice(0)) waiter(undefined);
   }
 
-  /** Resolves with the handler's own write, if it makes one before it settles. */
-  handlerWrote(): Promise<CapturedResponse> {
-    if (this.ownWrite) return Promise.resolve(this.ownWrite);
-    return new Promise((resolve) => this.ownWriteWaiters.push((captured) => captured && resolve(captured)));
+  /**
+   * The handler's own write if it makes one before it settles; undefined once it settled without
+   * one (or the record was settled, or an outer layer answered first).
+   */
+  ownWriteBeforeSettlement(): Promise<CapturedResponse | NoAnswer> {
+    if (this.ownWrite || this.handlerOver || this.answeredEarlyFlag) return Promise.resolve(this.ownWrite);
+    return new Promise((resolve) => this.ownWriteWaiters.push(resolve));
   }
 
   /**

@@ -29,6 +29,7 @@ import {
 } from './redis-eviction-policy.js';
 import { closeConnection, commandFailure, describeServer, openConnection } from './redis-connection.js';
 import {
+  checkRecordFormat,
   checkRequest,
   checkTextBytes,
   COMPLETED,
@@ -37,6 +38,7 @@ import {
   decodeGetReply,
   decodeInProgressReply,
   encodeResponse,
+  type RecordFormat,
 } from './redis-reply-codec.js';
 import { SCRIPT_COMMANDS, type ScriptCommands } from './redis-scripts.js';
 
@@ -60,6 +62,19 @@ export interface RedisIdempotencyStoreOptions {
    * @default 'refuse'
    */
   evictionPolicy?: RedisEvictionPolicyCheck;
+  /**
+   * The record form the store writes; it reads both. `'compact'`: responses of at most 512 bytes
+   * (headers and body) stored uncompressed with compact headers (record flag 16), larger ones
+   * compressed. `'compatible'`: only the form 0.1.0 and earlier versions read (flags up to 15: JSON
+   * headers, compressed whenever that is smaller), at the cost of a zlib stream per completion.
+   * A rolling upgrade from such a version takes two deployments: this one with `'compatible'`,
+   * then, once no old instance is left, `'compact'` (an old instance refuses a compact record
+   * as unreadable, a store error: 503, or on a `'fail-open'` route a handler run again).
+   * @default 'compact'
+   * @example
+   * new RedisIdempotencyStore(process.env.REDIS_URL!, { recordFormat: 'compatible' })
+   */
+  recordFormat?: 'compact' | 'compatible';
 }
 
 /** Read once at startup to prove that the server answers and runs the store's scripts. */
@@ -118,6 +133,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
   private readonly beforeCommand: () => void;
   private readonly waiters: ChangeWaiters;
   private readonly evictionPolicy: RedisEvictionPolicyCheck;
+  private readonly recordFormat: RecordFormat;
   private closed = false;
 
   /**
@@ -132,6 +148,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     }
     this.prefix = prefix;
     this.evictionPolicy = checkEvictionPolicyOption(options.evictionPolicy ?? 'refuse');
+    this.recordFormat = checkRecordFormat(options.recordFormat ?? 'compact');
     this.server = describeServer(client);
     const connection = openConnection(client);
     this.client = connection.client;
@@ -205,7 +222,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
 
   async complete(key: string, ownerToken: string, response: StoredResponse): Promise<boolean> {
     checkResponse(response);
-    const stored = encodeResponse(response);
+    const stored = encodeResponse(response, this.recordFormat);
     const reply = await this.send('complete', key, (run, k) =>
       run.idempotencyComplete(
         k,
@@ -244,7 +261,7 @@ export class RedisIdempotencyStore extends IdempotencyStore implements OnModuleI
     checkTextBytes('ownerToken', record.ownerToken);
     checkTextBytes('fingerprint', record.fingerprint);
     const response = record.response;
-    const stored = response ? encodeResponse(response) : undefined;
+    const stored = response ? encodeResponse(response, this.recordFormat) : undefined;
     const reply = await this.send('restore', key, (run, k) =>
       run.idempotencyRestore(
         k,

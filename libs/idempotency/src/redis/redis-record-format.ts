@@ -14,10 +14,12 @@
  * for the 310-byte order with typical Express headers, at no compression cost.
  * Format version 1 (0.1.0 wrote the same bytes, then set the expiry with a separate PEXPIREAT;
  * flag 16 is the one addition since). Rolling upgrade: this version reads every record older
- * versions wrote; an older version's scripts refuse a record with flag 16 as unreadable
- * (`flags > 15`), which it reports as a store error: a retry served by an instance not yet
- * upgraded gets 503 (the handler does not run), or, on a route with `onStoreError: 'fail-open'`,
- * runs unprotected (CHANGELOG: upgrade such services without old and new instances side by side). Layout (big-endian, Lua `struct` format
+ * versions wrote; 0.1.0's scripts refuse a record with flag 16 as unreadable (`flags > 15`), a
+ * store error: a retry served by an instance not yet upgraded gets 503, or, on a route with
+ * `onStoreError: 'fail-open'`, runs its handler again. The store option
+ * `recordFormat: 'compatible'` writes only flags ≤ 15 (JSON headers, compressed when smaller)
+ * and still reads both: deploy with it, then switch to `'compact'` once no 0.1.0 instance is
+ * left. Layout (big-endian, Lua `struct` format
  * `>BBI4I6I6I6I2I2c0I2c0I4c0` followed by the body):
  *
  * | bytes  | field                                                                     |

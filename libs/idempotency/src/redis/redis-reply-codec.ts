@@ -40,18 +40,38 @@ export function checkRequest(request: ClaimRequest): void {
 }
 
 /**
- * A response as the scripts store it: flags, headers and body. Headers and body of more than
- * `PACK_ABOVE_BYTES` are compressed together when that is smaller; below, compressing costs more
- * CPU than the bytes it saves are worth, and the headers take their compact form instead.
+ * The record forms a store writes (it reads every form either way). `compact`: responses of at
+ * most `PACK_ABOVE_BYTES` stored as they are with compact headers (flag 16), larger ones
+ * compressed. `compatible`: only what 0.1.0 and earlier read (flags ≤ 15): headers as JSON,
+ * compressed together with the body whenever that is smaller.
  */
-export function encodeResponse(response: StoredResponse): {
+export type RecordFormat = 'compact' | 'compatible';
+
+/** @internal */
+export function checkRecordFormat(format: unknown): RecordFormat {
+  if (format !== 'compact' && format !== 'compatible') {
+    throw new TypeError(`recordFormat must be 'compact' or 'compatible', got ${JSON.stringify(format)}`);
+  }
+  return format;
+}
+
+/**
+ * A response as the scripts store it: flags, headers and body. In the `compact` format, headers
+ * and body of more than `PACK_ABOVE_BYTES` are compressed together when that is smaller; below,
+ * compressing costs more CPU than the bytes it saves are worth, and the headers take their
+ * compact form instead. The `compatible` format never uses the compact form (see RecordFormat).
+ */
+export function encodeResponse(
+  response: StoredResponse,
+  format: RecordFormat = 'compact',
+): {
   flags: number;
   headers: Buffer | string;
   body: Buffer | string;
 } {
   const flags = (response.bodyOmitted === true ? BODY_OMITTED : 0) | (response.body !== undefined ? HAS_BODY : 0);
   const body = response.body ?? '';
-  const compact = encodeCompactHeaders(response.headers);
+  const compact = format === 'compact' ? encodeCompactHeaders(response.headers) : undefined;
   if (compact && compact.length + body.length <= PACK_ABOVE_BYTES) {
     return { flags: flags | COMPACT_HEADERS, headers: compact, body };
   }
