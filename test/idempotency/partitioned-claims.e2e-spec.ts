@@ -212,6 +212,42 @@ describe('partitioned idempotency table (PostgreSQL)', () => {
     expect(await rowsOf(key)).toHaveLength(1);
   });
 
+  it('a past partition left detached by a reaper that died between its DETACH and its DROP is dropped by the next run, its rows counted; a table of the present is not', async () => {
+    await inOwnSchema('partitioned_leftover', async (on, own) => {
+      const reaper = storeOn(on);
+      await reaper.claim(newId(), claimRequest({ ttlMs: 100, leaseMs: 100 }));
+      await reaper.claim(newId(), claimRequest({ ttlMs: 100, leaseMs: 100 }));
+      const [{ part }] = (await on.query(
+        `SELECT tableoid::regclass::text AS part FROM "${own}".idempotency_records LIMIT 1`,
+      )) as { part: string }[];
+      await untilNextPartition();
+      await sleep(1_100); // past the drop's grace after the partition's end
+      // The dead reaper's DETACH went through; its DROP never ran.
+      await on.query(`ALTER TABLE "${own}".idempotency_records DETACH PARTITION ${part}`);
+      // A table waiting for its ATTACH, covering the present: not a leftover.
+      const present = Math.floor(Date.now() / PARTITION_MS) * PARTITION_MS + 100 * PARTITION_MS;
+      await on.query(
+        `CREATE TABLE "${own}".idempotency_records_p${present} (LIKE "${own}".idempotency_records INCLUDING DEFAULTS)`,
+      );
+      await on.query(
+        `ALTER TABLE "${own}".idempotency_records_p${present} ADD CONSTRAINT idempotency_records_p${present}_range ` +
+          `CHECK (created_at_ms >= ${present} AND created_at_ms < ${present + PARTITION_MS})`,
+      );
+      const tables = async () =>
+        (
+          (await on.query(
+            `SELECT relname FROM pg_class WHERE relnamespace = CAST($1 AS regnamespace) AND relname LIKE 'idempotency_records_p%' AND relkind = 'r'`,
+            [own],
+          )) as { relname: string }[]
+        ).map((row) => row.relname);
+      const leftover = part.replace(/^.*\./, '').replaceAll('"', '');
+      expect(await tables()).toContain(leftover);
+      expect(await reaper.deleteExpired(100)).toBe(2);
+      expect(await tables()).not.toContain(leftover);
+      expect(await tables()).toContain(`idempotency_records_p${present}`);
+    });
+  });
+
   it('a claim that read the clock in a partition and then waited for a lock before its insert does not land in that partition after the reaper checked it (its record would be dropped)', async () => {
     await inOwnSchema('partitioned_drop_race', async (on, own) => {
       const [holder, queued, admin] = [

@@ -91,7 +91,7 @@ export class PartitionMaintenance {
 
   private async dropPast(runner: QueryRunner, nowMs: number | undefined): Promise<number> {
     const { table } = this.names();
-    let dropped = 0;
+    let dropped = await this.dropLeftovers(runner, nowMs);
     // A pending detach first: PostgreSQL refuses another one on the table until it is finished.
     const partitions = (await this.partitions(runner)).sort((a, b) => Number(b.detaching) - Number(a.detaching));
     for (const partition of partitions) {
@@ -104,6 +104,33 @@ export class PartitionMaintenance {
       if (!(await this.withLockTimeout(runner, detach))) break;
       // Counted once detached: nothing waits for this scan (under the check's SHARE lock, every
       // claim's DELETE would, for as long as it reads the whole partition).
+      const [{ n }] = (await runner.query(`SELECT count(*) AS n FROM ${name}`)) as { n: string }[];
+      await runner.query(`DROP TABLE ${name}`);
+      dropped += Number(n);
+    }
+    return dropped;
+  }
+
+  /**
+   * Drops the tables of past ranges left detached by a reaper that died between its DETACH and
+   * its DROP (nothing reads them, nothing else drops them). Only the reaper detaches, and only a
+   * partition whose rows had all expired; a table still waiting for its ATTACH (`create`) covers
+   * the present or the future, so a range that ended before the drop's grace is a leftover.
+   */
+  private async dropLeftovers(runner: QueryRunner, nowMs: number | undefined): Promise<number> {
+    const rows = (await runner.query(
+      `SELECT c.relname AS name, pg_get_constraintdef(k.oid) AS range,
+              COALESCE(CAST($2 AS BIGINT), ${DATABASE_NOW_MS}) AS now_ms
+         FROM pg_class c JOIN pg_constraint k ON k.conrelid = c.oid AND k.conname = c.relname || '_range'
+        WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = CAST($1 AS regclass))
+          AND c.relkind = 'r' AND NOT c.relispartition AND c.relname ~ $3`,
+      [this.names().table, nowMs ?? null, `^${IDEMPOTENCY_RECORDS_TABLE}_p-?[0-9]+$`],
+    )) as { name: string; range: string; now_ms: string }[];
+    let dropped = 0;
+    for (const row of rows) {
+      const end = /created_at_ms < '?(-?\d+)/.exec(row.range);
+      if (!end || Number(end[1]) > Number(row.now_ms) - DROP_GRACE_MS) continue;
+      const name = this.qualified(row.name);
       const [{ n }] = (await runner.query(`SELECT count(*) AS n FROM ${name}`)) as { n: string }[];
       await runner.query(`DROP TABLE ${name}`);
       dropped += Number(n);
