@@ -165,7 +165,8 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 
 /**
  * The durable record on **MySQL / MariaDB** (`response_body` is `longblob` and `response_headers`
- * `longtext`: a `blob` or `text` holds 64 KiB at most). Same table, same columns as {@link IdempotencyRecordEntity}.
+ * `longtext`: a `blob` or `text` holds 64 KiB at most; the key, owner token and fingerprint are
+ * `ascii` / `ascii_bin`, as the migration creates them). Same table, same columns as {@link IdempotencyRecordEntity}.
  *
  * @example
  * new DataSource({ type: 'mariadb', entities: [Order, MysqlIdempotencyRecordEntity], migrations: [...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
@@ -175,6 +176,25 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
 @Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
 export class MysqlIdempotencyRecordEntity extends IdempotencyRecordColumns {
+  // As the migration creates them: byte-for-byte comparison (`ascii_bin`), where the server's
+  // default collation would compare case-insensitively and ignore trailing spaces, so
+  // `synchronize: true` creates the same table.
+  @PrimaryColumn({
+    name: 'key',
+    type: 'varchar',
+    length: 64,
+    charset: 'ascii',
+    collation: 'ascii_bin',
+    primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+  })
+  override key!: string;
+
+  @Column({ name: 'fingerprint', type: 'varchar', length: 64, charset: 'ascii', collation: 'ascii_bin' })
+  override fingerprint!: string;
+
+  @Column({ name: 'owner_token', type: 'varchar', length: 64, charset: 'ascii', collation: 'ascii_bin' })
+  override ownerToken!: string;
+
   @Column({ name: 'response_headers', type: 'longtext', nullable: true })
   responseHeaders!: string | null;
 
