@@ -40,9 +40,8 @@ export interface MysqlStatements {
   /** The row of the key with the database's clock, and one row even when the key has none. */
   readonly readWithClock: string;
   /**
-   * The new claim of `ownerToken` ($2) stamped again with the clock after its INSERT, in the
-   * INSERT's transaction: an INSERT's clock is read when the statement starts, before it waits
-   * for another transaction's uncommitted row of the key.
+   * The new claim of `ownerToken` ($2) stamped again with the clock after its INSERT, whose clock
+   * was read when it started, before it waited for another transaction's uncommitted row of the key.
    */
   readonly restamp: string;
   /** The row as a claim of `ownerToken` ($2) wrote it, read right after the write (MySQL has no RETURNING). */
@@ -112,7 +111,7 @@ export function mysqlStatementsFor(table: string, lockTimeoutMs: number): Statem
     ),
     restamp: now(
       `UPDATE ${table} SET created_at_ms = {now}, lease_expires_at_ms = {now} + $3, expires_at_ms = {now} + $4 ` +
-        `WHERE ${key} = $1 AND owner_token = $2`,
+        `WHERE ${key} = $1 AND owner_token = $2 AND fencing_token = 1 AND state = '${IN_PROGRESS}'`,
     ),
     selectOwned: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE ${key} = $1 AND owner_token = $2`,
     selectShared: now(`${select} LOCK IN SHARE MODE`),

@@ -125,13 +125,14 @@ export class MysqlRecords {
   }
 
   /**
-   * The INSERT of a new claim in a short READ COMMITTED transaction, with the session's
-   * `innodb_lock_wait_timeout` set to `lockTimeoutMs` (whole seconds) and put back on every path:
-   * its duplicate check waits for another transaction's uncommitted row of the key (a
-   * transactional route's claim) at most that long ('locked'), not the server's 50 s default.
-   * The row is stamped again after the INSERT, so a lease never starts before the wait ended.
-   * 'duplicate' when a row of the key was committed, or the waiters of a claim that rolled back
-   * deadlocked on inserting it (the victim changed nothing): the caller reads the row again.
+   * The INSERT of a new claim, with the session's `innodb_lock_wait_timeout` set to
+   * `lockTimeoutMs` (whole seconds) and put back on every path: its duplicate check waits for
+   * another transaction's uncommitted row of the key (a transactional route's claim) at most that
+   * long ('locked'), not the server's 50 s default. The INSERT runs alone (autocommit), holding
+   * the key no longer than before; its clock is read when it starts, before any wait, so the row
+   * is then stamped again, guarded by the owner token, and read back: a lease never starts before
+   * the wait ended. 'duplicate' when a row of the key was committed first, or the new row was
+   * taken over or reaped before its stamps were rewritten: the caller reads the row again.
    */
   private async insertWithBoundedWait(
     runner: QueryRunner,
@@ -142,26 +143,26 @@ export class MysqlRecords {
     const run = async (statement: string, params: unknown[]): Promise<Row[]> =>
       (await this.db.run(runner, statement, params)).records;
     await run(sql.saveAndSetLockWait, []);
-    let restored = false;
     try {
-      await runner.startTransaction('READ COMMITTED');
       await run(sql.insert, [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs]);
-      await run(sql.restamp, [key, request.ownerToken, request.leaseMs, request.ttlMs]);
-      const record = decodeRecord(single(await run(sql.selectOwned, [key, request.ownerToken])));
-      // Before COMMIT: a restore that fails rolls the claim back instead of leaving it unanswered.
-      await run(sql.restoreLockWait, []);
-      restored = true;
-      await runner.commitTransaction();
-      return record;
     } catch (error) {
-      await rollbackQuietly(runner);
-      // A pooled connection must not keep the claim's lock wait; one too broken to take the
-      // restore fails here, and the operation's store error says so.
-      if (!restored) await run(sql.restoreLockWait, []);
-      if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY || isMysqlDeadlock(error)) return 'duplicate';
+      if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY) return 'duplicate';
+      // The waiters of a claim that rolled back both inserting: the victim inserted nothing.
+      if (isMysqlDeadlock(error)) return 'duplicate';
       if (isMysqlLockNotAvailable(error)) return 'locked';
       throw error;
+    } finally {
+      // A pooled connection must not keep the claim's lock wait; one too broken to take the
+      // restore fails here, and the operation's store error says so.
+      await run(sql.restoreLockWait, []);
     }
+    await run(sql.restamp, [key, request.ownerToken, request.leaseMs, request.ttlMs]).catch((error: unknown) => {
+      // A reaper's DELETE against the index entries the restamp writes: the victim changed
+      // nothing, and the row keeps the stamps its INSERT read when it started.
+      if (!isMysqlDeadlock(error)) throw error;
+    });
+    const owned = await run(sql.selectOwned, [key, request.ownerToken]);
+    return owned.length === 0 ? 'duplicate' : decodeRecord(single(owned));
   }
 
   /** `forceDelete`: 'locked' when a live transaction holds the row past `lockTimeoutMs`. */
