@@ -148,6 +148,7 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     const request = claimRequest();
     const waiting = store.claim(key, request);
     await waitForLockWaits(1);
+    await sleep(20); // a clock visibly later than the waiting INSERT's start
     const [{ clock }] = await queryMariadb<{ clock: string }>(
       "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS clock",
     );
