@@ -53,16 +53,15 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     }
   };
 
-  /** Until `count` sessions of this suite's database wait for a row lock (a duplicate's INSERT on an uncommitted row). */
-  const waitForLockWaits = async (count: number) => {
+  /** Until a statement of `key` runs in this suite's database (a duplicate's INSERT waiting on an uncommitted row). */
+  const waitForStatementOf = async (key: string) => {
     for (;;) {
-      const [{ waits }] = await queryMariadb<{ waits: number }>(
-        'SELECT COUNT(*) AS waits FROM information_schema.INNODB_TRX t ' +
-          'JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id ' +
-          "WHERE t.trx_state = 'LOCK WAIT' AND p.DB = ?",
-        [database],
+      const [{ running }] = await queryMariadb<{ running: number }>(
+        "SELECT COUNT(*) AS running FROM information_schema.PROCESSLIST WHERE DB = ? AND COMMAND = 'Query' " +
+          "AND INFO LIKE CONCAT('INSERT INTO%', ?, '%')",
+        [database, key],
       );
-      if (Number(waits) >= count) return;
+      if (Number(running) > 0) return;
       await sleep(20);
     }
   };
@@ -147,7 +146,7 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
     if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
     const request = claimRequest();
     const waiting = store.claim(key, request);
-    await waitForLockWaits(1);
+    await waitForStatementOf(key);
     await sleep(20); // a clock visibly later than the waiting INSERT's start
     const [{ clock }] = await queryMariadb<{ clock: string }>(
       "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS clock",

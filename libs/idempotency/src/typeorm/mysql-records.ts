@@ -128,11 +128,12 @@ export class MysqlRecords {
    * The INSERT of a new claim, with the session's `innodb_lock_wait_timeout` set to
    * `lockTimeoutMs` (whole seconds) and put back on every path: its duplicate check waits for
    * another transaction's uncommitted row of the key (a transactional route's claim) at most that
-   * long ('locked'), not the server's 50 s default. The INSERT runs alone (autocommit), holding
-   * the key no longer than before; its clock is read when it starts, before any wait, so the row
-   * is then stamped again, guarded by the owner token, and read back: a lease never starts before
-   * the wait ended. 'duplicate' when a row of the key was committed first, or the new row was
-   * taken over or reaped before its stamps were rewritten: the caller reads the row again.
+   * long ('locked'), not the server's 50 s default. Its clock is read when it starts, before any
+   * wait, so the row is stamped again in the same transaction (no reader sees the first stamps)
+   * and read back once committed: a lease never starts before the wait ended. The transaction
+   * holds the new row for those two statements only. 'duplicate' when a row of the key was
+   * committed first, or the claim was a deadlock's victim (it inserted nothing): the caller reads
+   * the row again.
    */
   private async insertWithBoundedWait(
     runner: QueryRunner,
@@ -144,11 +145,15 @@ export class MysqlRecords {
       (await this.db.run(runner, statement, params)).records;
     await run(sql.saveAndSetLockWait, []);
     try {
+      await runner.startTransaction();
       await run(sql.insert, [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs]);
+      await run(sql.restamp, [key, request.ownerToken, request.leaseMs, request.ttlMs]);
+      await runner.commitTransaction();
     } catch (error) {
-      if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY) return 'duplicate';
-      // The waiters of a claim that rolled back both inserting: the victim inserted nothing.
-      if (isMysqlDeadlock(error)) return 'duplicate';
+      await rollbackQuietly(runner);
+      // Deadlocks: the waiters of a claim that rolled back both inserting, or a reaper's DELETE
+      // against the index entries the restamp writes.
+      if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY || isMysqlDeadlock(error)) return 'duplicate';
       if (isMysqlLockNotAvailable(error)) return 'locked';
       throw error;
     } finally {
@@ -156,12 +161,8 @@ export class MysqlRecords {
       // restore fails here, and the operation's store error says so.
       await run(sql.restoreLockWait, []);
     }
-    await run(sql.restamp, [key, request.ownerToken, request.leaseMs, request.ttlMs]).catch((error: unknown) => {
-      // A reaper's DELETE against the index entries the restamp writes: the victim changed
-      // nothing, and the row keeps the stamps its INSERT read when it started.
-      if (!isMysqlDeadlock(error)) throw error;
-    });
     const owned = await run(sql.selectOwned, [key, request.ownerToken]);
+    // Reaped or replaced already (a lease shorter than the round trips): no claim to answer.
     return owned.length === 0 ? 'duplicate' : decodeRecord(single(owned));
   }
 
