@@ -1,9 +1,11 @@
-import type { DataSource, EntityManager } from 'typeorm';
-import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
+import { DataSource, type EntityManager } from 'typeorm';
+import { IdempotencyStoreError } from 'nestjs-idempotency';
+import { MysqlIdempotencyRecordEntity, TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { claimRequest, newId, sampleResponse } from 'nestjs-idempotency/testing';
 import { openMariadbIdempotencyDataSource } from '../support/servers/idempotency-data-source.js';
 import {
   connectMariadbOrFail,
+  mariadbUrl,
   createMariadbDatabase,
   dropMariadbDatabase,
   queryMariadb,
@@ -48,6 +50,19 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
       );
     } finally {
       await Promise.all(runners.map((runner) => runner.release()));
+    }
+  };
+
+  /** Until a statement of `key` runs in this suite's database (a duplicate's INSERT waiting on an uncommitted row). */
+  const waitForStatementOf = async (key: string) => {
+    for (;;) {
+      const [{ running }] = await queryMariadb<{ running: number }>(
+        "SELECT COUNT(*) AS running FROM information_schema.PROCESSLIST WHERE DB = ? AND COMMAND = 'Query' " +
+          "AND INFO LIKE CONCAT('INSERT INTO%', ?, '%')",
+        [database, key],
+      );
+      if (Number(running) > 0) return;
+      await sleep(20);
     }
   };
 
@@ -96,13 +111,78 @@ describe('TypeOrmIdempotencyStore on MariaDB: where MySQL differs from PostgreSQ
       expect((await store.claimInTransaction(key, claimRequest(), { isolationLevel: 'SERIALIZABLE' })).kind).toBe(
         'busy',
       );
+      // A plain claim meeting the uncommitted claim: its INSERT's lock wait elapses.
+      await expect(store.claim(key, claimRequest())).rejects.toThrow(IdempotencyStoreError);
       await first.transaction.savepoint();
       expect(await first.transaction.complete(sampleResponse())).toBe(true);
       await first.transaction.commit();
       expect((await store.claimInTransaction(key, claimRequest())).kind).toBe('existing');
+      expect((await store.claim(newId(), claimRequest())).kind).toBe('claimed');
+      expect((await store.claim(key, claimRequest())).kind).toBe('existing');
       expect(await pooledSessions(pooled, 3)).toEqual(before);
     } finally {
       await pooled.destroy();
+    }
+  });
+
+  it("a plain claim waits for a transactional route's uncommitted claim at most lockTimeoutMs, then fails as a store error; the handler never runs twice", async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_000 });
+    const key = newId();
+    const first = await store.claimInTransaction(key, claimRequest());
+    if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+    try {
+      // Before the fix the INSERT waited for the server's innodb_lock_wait_timeout (50 s here).
+      await expect(store.claim(key, claimRequest())).rejects.toThrow(/uncommitted claim of the key/);
+    } finally {
+      await first.transaction.rollback();
+    }
+    expect((await store.claim(key, claimRequest())).kind).toBe('claimed');
+  });
+
+  it('a plain claim that waited for an uncommitted claim rolled back is stamped with the clock after its wait, not before', async () => {
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 5_000 });
+    const key = newId();
+    const first = await store.claimInTransaction(key, claimRequest());
+    if (first.kind !== 'claimed') throw new Error(`expected claimed, got ${first.kind}`);
+    const request = claimRequest();
+    const waiting = store.claim(key, request);
+    await waitForStatementOf(key);
+    await sleep(20); // a clock visibly later than the waiting INSERT's start
+    const [{ clock }] = await queryMariadb<{ clock: string }>(
+      "SELECT TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6)) DIV 1000 AS clock",
+    );
+    await first.transaction.rollback();
+    const claimed = await waiting;
+    if (claimed.kind !== 'claimed') throw new Error(`expected claimed, got ${claimed.kind}`);
+    // The database's clock read while the claim was waiting: the lease starts after it.
+    expect(claimed.record.createdAtMs).toBeGreaterThanOrEqual(Number(clock));
+    expect(claimed.record.leaseExpiresAtMs).toBe(claimed.record.createdAtMs + request.leaseMs);
+    expect(claimed.record.expiresAtMs).toBe(claimed.record.createdAtMs + request.ttlMs);
+    expect(await store.get(key)).toEqual(claimed.record);
+  });
+
+  it('synchronize: true with MysqlIdempotencyRecordEntity creates the columns the migration creates (ascii_bin, no PAD SPACE merge)', async () => {
+    const synchronizedDatabase = await createMariadbDatabase('sync');
+    const synchronized = await new DataSource({
+      type: 'mariadb',
+      url: mariadbUrl(synchronizedDatabase),
+      entities: [MysqlIdempotencyRecordEntity],
+      synchronize: true,
+    }).initialize();
+    try {
+      const columns = (schema: string) =>
+        queryMariadb<{ name: string; charset: string | null; collation: string | null }>(
+          // Types aside: the entity's boolean is `tinyint` where the migration's is `tinyint(1)`, a display width.
+          'SELECT COLUMN_NAME AS name, CHARACTER_SET_NAME AS charset, COLLATION_NAME AS collation ' +
+            "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'idempotency_records' ORDER BY COLUMN_NAME",
+          [schema],
+        );
+      const migrated = await columns(database);
+      expect(migrated.find((column) => column.name === 'key')?.collation).toBe('ascii_bin');
+      expect(await columns(synchronizedDatabase)).toEqual(migrated);
+    } finally {
+      await synchronized.destroy();
+      await dropMariadbDatabase(synchronizedDatabase);
     }
   });
 

@@ -13,6 +13,9 @@ import { atomicFileSaver } from './sqljs-file.js';
 /** Entities of the service (the idempotency record's entity is added per database type). */
 export const ORDERS_ENTITIES = [Order, OrderItem, Payment, PaymentEvent, OutboxEvent, OrderNotification];
 
+/** mysql2's pool size (TypeORM's `poolSize`, mysql2's `connectionLimit`; its default too). */
+const MYSQL_POOL_SIZE = 10;
+
 /** The TypeORM driver of each kind of database. */
 const DATA_SOURCE_TYPE = { postgres: 'postgres', mysql: 'mysql', embedded: 'sqljs' } as const;
 
@@ -45,7 +48,22 @@ export function dataSourceOptionsFor(database: DatabaseConfig): DataSourceOption
   }
   if (database.kind === 'mysql') {
     // mysql2 serves MySQL and MariaDB alike; TypeORM's 'mariadb' only tunes a few MariaDB features.
-    return { ...common, type: DATA_SOURCE_TYPE.mysql, url: database.url, connectTimeout: 5000 };
+    return {
+      ...common,
+      type: DATA_SOURCE_TYPE.mysql,
+      url: database.url,
+      connectTimeout: 5000,
+      poolSize: MYSQL_POOL_SIZE,
+      // mysql2 checks no pooled connection before lending it: close idle ones before the server's
+      // wait_timeout or a proxy's idle cutoff does (maxIdle below the pool size turns the idle
+      // timer on), and keep TCP keep-alive on so a dead peer is noticed. docs/durable-tier.md.
+      extra: {
+        maxIdle: MYSQL_POOL_SIZE - 1,
+        idleTimeout: 60_000,
+        enableKeepAlive: true,
+        keepAliveInitialDelay: 10_000,
+      },
+    };
   }
   return {
     ...common,

@@ -1,4 +1,12 @@
-import { Column, Entity, Index, PrimaryColumn, type DataSourceOptions, type ValueTransformer } from 'typeorm';
+import {
+  Column,
+  Entity,
+  Index,
+  PrimaryColumn,
+  type ColumnOptions,
+  type DataSourceOptions,
+  type ValueTransformer,
+} from 'typeorm';
 import { IdempotencyConfigurationError } from '../errors/idempotency-configuration.error.js';
 import type { IdempotencyRecordState } from '../interfaces/idempotency-record.interface.js';
 
@@ -63,62 +71,73 @@ const blobAsBuffer: ValueTransformer = {
 };
 
 /**
- * Columns both dialects share. Every type is one PostgreSQL and SQLite both accept, with an
+ * Columns all dialects share. Every type is one PostgreSQL and SQLite both accept, with an
  * explicit length where it matters; the body and headers columns differ (see the entities below).
+ * `text` is added to the key, owner token and fingerprint columns: MySQL's are `ascii_bin`, as
+ * the migration creates them (its default collation compares case-insensitively and ignores
+ * trailing spaces), so `synchronize: true` creates the same table. A function, because TypeORM
+ * keeps a base class's column over a subclass's of the same property.
  */
-abstract class IdempotencyRecordColumns {
-  /** The scoped key id (`buildScopedKey().id`): a hash, never the client's raw key. */
-  @PrimaryColumn({
-    name: 'key',
-    type: 'varchar',
-    length: 64,
-    primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
-  })
-  key!: string;
+function recordColumns(text: Pick<ColumnOptions, 'charset' | 'collation'>) {
+  abstract class IdempotencyRecordColumns {
+    /** The scoped key id (`buildScopedKey().id`): a hash, never the client's raw key. */
+    @PrimaryColumn({
+      name: 'key',
+      type: 'varchar',
+      length: 64,
+      primaryKeyConstraintName: IDEMPOTENCY_RECORDS_PRIMARY_KEY,
+      ...text,
+    })
+    key!: string;
 
-  /** `in_progress` or `completed`. */
-  @Column({ name: 'state', type: 'varchar', length: 16 })
-  state!: IdempotencyRecordState;
+    /** `in_progress` or `completed`. */
+    @Column({ name: 'state', type: 'varchar', length: 16 })
+    state!: IdempotencyRecordState;
 
-  /** Request fingerprint (base64url SHA-256) the record was claimed with. */
-  @Column({ name: 'fingerprint', type: 'varchar', length: 64 })
-  fingerprint!: string;
+    /** Request fingerprint (base64url SHA-256) the record was claimed with. */
+    @Column({ name: 'fingerprint', type: 'varchar', length: 64, ...text })
+    fingerprint!: string;
 
-  /** Token of the claim that owns the row; every write is guarded by it. */
-  @Column({ name: 'owner_token', type: 'varchar', length: 64 })
-  ownerToken!: string;
+    /** Token of the claim that owns the row; every write is guarded by it. */
+    @Column({ name: 'owner_token', type: 'varchar', length: 64, ...text })
+    ownerToken!: string;
 
-  /** 1 for the first claim, +1 on every takeover and on every claim that replaces an expired row. */
-  @Column({ name: 'fencing_token', type: 'integer' })
-  fencingToken!: number;
+    /** 1 for the first claim, +1 on every takeover and on every claim that replaces an expired row. */
+    @Column({ name: 'fencing_token', type: 'integer' })
+    fencingToken!: number;
 
-  @Column({ name: 'created_at_ms', type: 'bigint', transformer: epochMs })
-  createdAtMs!: number;
+    @Column({ name: 'created_at_ms', type: 'bigint', transformer: epochMs })
+    createdAtMs!: number;
 
-  @Column({ name: 'lease_expires_at_ms', type: 'bigint', transformer: epochMs })
-  leaseExpiresAtMs!: number;
+    @Column({ name: 'lease_expires_at_ms', type: 'bigint', transformer: epochMs })
+    leaseExpiresAtMs!: number;
 
-  /** When the row stops existing for readers; the reaper deletes rows past it. */
-  @Column({ name: 'expires_at_ms', type: 'bigint', transformer: epochMs })
-  expiresAtMs!: number;
+    /** When the row stops existing for readers; the reaper deletes rows past it. */
+    @Column({ name: 'expires_at_ms', type: 'bigint', transformer: epochMs })
+    expiresAtMs!: number;
 
-  /** Stored status code; null while `in_progress`. */
-  @Column({ name: 'response_status', type: 'integer', nullable: true })
-  responseStatus!: number | null;
+    /** Stored status code; null while `in_progress`. */
+    @Column({ name: 'response_status', type: 'integer', nullable: true })
+    responseStatus!: number | null;
 
-  /**
-   * Stored headers as JSON (`{ "name": "value" | ["v1", "v2"] }`); null while `in_progress`.
-   * `text`, but `longtext` on MySQL, whose `text` holds 64 KiB at most.
-   */
-  abstract responseHeaders: string | null;
+    /**
+     * Stored headers as JSON (`{ "name": "value" | ["v1", "v2"] }`); null while `in_progress`.
+     * `text`, but `longtext` on MySQL, whose `text` holds 64 KiB at most.
+     */
+    abstract responseHeaders: string | null;
 
-  /** True when the response completed without its body (too large or streamed). */
-  @Column({ name: 'response_body_omitted', type: 'boolean', default: false })
-  responseBodyOmitted!: boolean;
+    /** True when the response completed without its body (too large or streamed). */
+    @Column({ name: 'response_body_omitted', type: 'boolean', default: false })
+    responseBodyOmitted!: boolean;
 
-  /** Stored body bytes, exactly as sent; null while `in_progress` or when there was no body. */
-  abstract responseBody: Buffer | null;
+    /** Stored body bytes, exactly as sent; null while `in_progress` or when there was no body. */
+    abstract responseBody: Buffer | null;
+  }
+  return IdempotencyRecordColumns;
 }
+
+const IdempotencyRecordColumns = recordColumns({});
+const MysqlIdempotencyRecordColumns = recordColumns({ charset: 'ascii', collation: 'ascii_bin' });
 
 /**
  * The durable record on **PostgreSQL** (`response_body` is `bytea`). Register it in the
@@ -165,7 +184,8 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 
 /**
  * The durable record on **MySQL / MariaDB** (`response_body` is `longblob` and `response_headers`
- * `longtext`: a `blob` or `text` holds 64 KiB at most). Same table, same columns as {@link IdempotencyRecordEntity}.
+ * `longtext`: a `blob` or `text` holds 64 KiB at most; the key, owner token and fingerprint are
+ * `ascii` / `ascii_bin`, as the migration creates them). Same table, same columns as {@link IdempotencyRecordEntity}.
  *
  * @example
  * new DataSource({ type: 'mariadb', entities: [Order, MysqlIdempotencyRecordEntity], migrations: [...IDEMPOTENCY_TYPEORM_MIGRATIONS] })
@@ -174,7 +194,7 @@ export class SqliteIdempotencyRecordEntity extends IdempotencyRecordColumns {
 @Entity({ name: IDEMPOTENCY_RECORDS_TABLE })
 @Index(IDEMPOTENCY_RECORDS_EXPIRES_INDEX, ['expiresAtMs'])
 @Index(IDEMPOTENCY_RECORDS_IN_PROGRESS_INDEX, ['state', 'createdAtMs'])
-export class MysqlIdempotencyRecordEntity extends IdempotencyRecordColumns {
+export class MysqlIdempotencyRecordEntity extends MysqlIdempotencyRecordColumns {
   @Column({ name: 'response_headers', type: 'longtext', nullable: true })
   responseHeaders!: string | null;
 

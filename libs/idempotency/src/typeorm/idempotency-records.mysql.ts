@@ -37,10 +37,13 @@ const MYSQL_NOW_MS = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIM
 export interface MysqlStatements {
   /** Plain INSERT of a new claim: a row of the key, committed or not, makes it fail with 1062 (after waiting for an uncommitted one). */
   readonly insert: string;
-  /** The row of the key with the database's clock, and one row even when the key has none (the clock a new claim is stamped with). */
+  /** The row of the key with the database's clock, and one row even when the key has none. */
   readonly readWithClock: string;
-  /** INSERT of a new claim stamped with the clock `readWithClock` read ($6). */
-  readonly insertAt: string;
+  /**
+   * The new claim of `ownerToken` ($2) stamped again with the clock after its INSERT, whose clock
+   * was read when it started, before it waited for another transaction's uncommitted row of the key.
+   */
+  readonly restamp: string;
   /** The row as a claim of `ownerToken` ($2) wrote it, read right after the write (MySQL has no RETURNING). */
   readonly selectOwned: string;
   /** The row of the key with the clock, under a shared lock (the one the duplicate check already holds), read after a 1062 in a transaction. */
@@ -63,7 +66,7 @@ export interface MysqlStatements {
 
 /**
  * The statements on `table` (already escaped by the driver). `lockTimeoutMs` becomes whole seconds
- * for the transactional claim's INSERT, rounded up (MySQL's `innodb_lock_wait_timeout` counts
+ * for the claims' INSERTs, rounded up (MySQL's `innodb_lock_wait_timeout` counts
  * seconds, at least 1); the other lock waits poll `NOWAIT` and keep millisecond precision.
  */
 export function mysqlStatementsFor(table: string, lockTimeoutMs: number): Statements & { mysql: MysqlStatements } {
@@ -106,7 +109,10 @@ export function mysqlStatementsFor(table: string, lockTimeoutMs: number): Statem
         .map((column) => `r.${column}`)
         .join(', ')}, {now} AS now_ms FROM (SELECT 1 AS one) AS clock LEFT JOIN ${table} AS r ON r.${key} = $1`,
     ),
-    insertAt: insertColumns + `VALUES ($1, '${IN_PROGRESS}', $2, $3, 1, $6, $6 + $4, $6 + $5, NULL, NULL, NULL, FALSE)`,
+    restamp: now(
+      `UPDATE ${table} SET created_at_ms = {now}, lease_expires_at_ms = {now} + $3, expires_at_ms = {now} + $4 ` +
+        `WHERE ${key} = $1 AND owner_token = $2 AND fencing_token = 1 AND state = '${IN_PROGRESS}'`,
+    ),
     selectOwned: `SELECT ${RECORD_COLUMNS} FROM ${table} WHERE ${key} = $1 AND owner_token = $2`,
     selectShared: now(`${select} LOCK IN SHARE MODE`),
     replaceExpired: now(

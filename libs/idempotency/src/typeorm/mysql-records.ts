@@ -17,7 +17,6 @@ import {
   MYSQL_DUPLICATE_KEY,
   mysqlErrno,
 } from './idempotency-records.mysql.js';
-import { IN_PROGRESS } from './idempotency-records.sql.js';
 import { releaseQuietly, rollbackQuietly } from './query-runners.js';
 
 /** As the store's MAX_CLAIM_ATTEMPTS: a row that keeps changing under a claim ends it with a store error. */
@@ -44,7 +43,7 @@ export class MysqlRecords {
   /**
    * `claim`, or with `expectedOwnerToken` `takeOver`. A claim reads first, without a lock (a row a
    * live `transaction()` holds is answered at once, as on PostgreSQL, where an INSERT's duplicate
-   * check would wait for it), then inserts a missing row stamped with the clock that read took.
+   * check would wait for it), then inserts a missing row (see {@link insertWithBoundedWait}).
    */
   async acquire(
     runner: QueryRunner,
@@ -73,13 +72,19 @@ export class MysqlRecords {
       const row = single((await this.db.run(runner, sql.readWithClock, [key])).records);
       const nowMs = integer(row, 'now_ms', 0);
       if (row.state === null) {
-        try {
-          await this.db.run(runner, sql.insertAt, [...claimParams, nowMs]);
-        } catch (error) {
-          if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY) continue; // claimed in between: read it
-          throw error;
+        const inserted = await this.insertWithBoundedWait(runner, key, request);
+        if (inserted === 'duplicate') continue; // claimed in between: read it
+        if (inserted === 'locked') {
+          // A claim has no `busy` answer and there is no committed row to answer `existing` with;
+          // as on PostgreSQL, a lock wait that elapses is a store error, and the handler never runs.
+          throw new IdempotencyStoreError(
+            `Durable idempotency store (mysql): a claim of ${key} waited ${this.db.lockTimeoutMs} ms (whole seconds, ` +
+              "rounded up) for another transaction's uncommitted claim of the key (a transactional route " +
+              'whose handler is still at work); retry the request.',
+            'durable',
+          );
         }
-        return { kind: 'claimed', record: newClaim(request, nowMs) };
+        return { kind: 'claimed', record: inserted };
       }
       const record = decodeRecord(row);
       if (record.expiresAtMs > nowMs) return { kind: 'existing', record, nowMs };
@@ -117,6 +122,48 @@ export class MysqlRecords {
         if (!isMysqlDeadlock(error) || attempt === MAX_ATTEMPTS) throw error;
       }
     }
+  }
+
+  /**
+   * The INSERT of a new claim, with the session's `innodb_lock_wait_timeout` set to
+   * `lockTimeoutMs` (whole seconds) and put back on every path: its duplicate check waits for
+   * another transaction's uncommitted row of the key (a transactional route's claim) at most that
+   * long ('locked'), not the server's 50 s default. Its clock is read when it starts, before any
+   * wait, so the row is stamped again in the same transaction (no reader sees the first stamps)
+   * and read back once committed: a lease never starts before the wait ended. The transaction
+   * holds the new row for those two statements only. 'duplicate' when a row of the key was
+   * committed first, or the claim was a deadlock's victim (it inserted nothing): the caller reads
+   * the row again.
+   */
+  private async insertWithBoundedWait(
+    runner: QueryRunner,
+    key: string,
+    request: ClaimRequest,
+  ): Promise<IdempotencyRecord | 'duplicate' | 'locked'> {
+    const sql = this.db.mysqlSql;
+    const run = async (statement: string, params: unknown[]): Promise<Row[]> =>
+      (await this.db.run(runner, statement, params)).records;
+    await run(sql.saveAndSetLockWait, []);
+    try {
+      await runner.startTransaction();
+      await run(sql.insert, [key, request.fingerprint, request.ownerToken, request.leaseMs, request.ttlMs]);
+      await run(sql.restamp, [key, request.ownerToken, request.leaseMs, request.ttlMs]);
+      await runner.commitTransaction();
+    } catch (error) {
+      await rollbackQuietly(runner);
+      // Deadlocks: the waiters of a claim that rolled back both inserting, or a reaper's DELETE
+      // against the index entries the restamp writes.
+      if (mysqlErrno(error) === MYSQL_DUPLICATE_KEY || isMysqlDeadlock(error)) return 'duplicate';
+      if (isMysqlLockNotAvailable(error)) return 'locked';
+      throw error;
+    } finally {
+      // A pooled connection must not keep the claim's lock wait; one too broken to take the
+      // restore fails here, and the operation's store error says so.
+      await run(sql.restoreLockWait, []);
+    }
+    const owned = await run(sql.selectOwned, [key, request.ownerToken]);
+    // Reaped or replaced already (a lease shorter than the round trips): no claim to answer.
+    return owned.length === 0 ? 'duplicate' : decodeRecord(single(owned));
   }
 
   /** `forceDelete`: 'locked' when a live transaction holds the row past `lockTimeoutMs`. */
@@ -270,17 +317,4 @@ export class MysqlRecords {
   private async read(runner: QueryRunner, key: string) {
     return recordWithClock((await this.db.run(runner, this.db.sql.select, [key])).records);
   }
-}
-
-/** The record an INSERT stamped with `nowMs` wrote. */
-function newClaim(request: ClaimRequest, nowMs: number): IdempotencyRecord {
-  return {
-    state: IN_PROGRESS,
-    fingerprint: request.fingerprint,
-    ownerToken: request.ownerToken,
-    fencingToken: 1,
-    createdAtMs: nowMs,
-    leaseExpiresAtMs: nowMs + request.leaseMs,
-    expiresAtMs: nowMs + request.ttlMs,
-  };
 }
