@@ -18,6 +18,7 @@ import type { IdempotencyRecordsConnection } from './idempotency-records.connect
 import {
   isNotCompleted,
   LOCK_NOT_AVAILABLE,
+  PREPARED_STATEMENT_MISSING,
   SERIALIZATION_FAILURE,
   sqlState,
   UNIQUE_VIOLATION,
@@ -26,6 +27,7 @@ import {
   beginningTransaction,
   beginStatement,
   committingTransaction,
+  forgetDiscardedStatements,
   sendTogether,
   valueOf,
   type PgClient,
@@ -120,9 +122,13 @@ export class ClaimTransactions {
           insertedAt = String(inserted.row_ctid);
           handlerSavepoint = true;
         } catch (error) {
-          if (sqlState(error) !== UNIQUE_VIOLATION) throw error;
-          // The key has a committed row: start again, and read it in the same transaction.
+          const state = sqlState(error);
+          if (state !== UNIQUE_VIOLATION && state !== PREPARED_STATEMENT_MISSING) throw error;
+          // The key has a committed row, or the connection lost its prepared statements (the
+          // client forgets them, and parses them again): start again, reading the row in the same
+          // transaction.
           await runner.rollbackTransaction();
+          if (state === PREPARED_STATEMENT_MISSING) await forgetDiscardedStatements(client);
           await this.db.begin(runner, options);
         }
       } else {

@@ -17,6 +17,11 @@ export const SERIALIZATION_FAILURE = '40001';
 export const DEADLOCK_DETECTED = '40P01';
 /** PostgreSQL SQLSTATE `unique_violation`: `insertClaim` met a committed row of the key. */
 export const UNIQUE_VIOLATION = '23505';
+/**
+ * PostgreSQL SQLSTATE `invalid_sql_statement_name`: a named prepared statement the connection's
+ * client had prepared is gone from the server (`DISCARD ALL`, `DEALLOCATE`). @internal
+ */
+export const PREPARED_STATEMENT_MISSING = '26000';
 
 /**
  * What `completeOrAbort` raises when it changes no row (a cast error, SQLSTATE 22P02, whose

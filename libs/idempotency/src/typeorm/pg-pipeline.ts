@@ -6,6 +6,7 @@
  */
 import type { QueryRunner } from 'typeorm';
 import type { Row } from './idempotency-record.codec.js';
+import { PREPARED_STATEMENT_MISSING, sqlState } from './idempotency-records.sql.js';
 
 /** What a node-postgres query answers (one statement). */
 export interface PgResult {
@@ -18,13 +19,14 @@ export interface PgResult {
  * The few members of node-postgres' `Client` the store uses (typeorm is the only import).
  * `pipeline` (node-postgres 8.23): while true, queries are written without waiting for the
  * previous one's answer, each with its own Sync. `connection.stream`: the socket, corked while a
- * batch is written so that it leaves in one write.
+ * batch is written so that it leaves in one write. `connection.parsedStatements`: the names the
+ * client believes the server has prepared (it then sends only Bind).
  */
 export interface PgClient {
   query(text: string, values?: unknown[]): Promise<PgResult>;
   query(config: { name: string; text: string; values: unknown[] }): Promise<PgResult>;
   pipeline?: boolean;
-  connection?: { stream?: { cork?(): void; uncork?(): void } };
+  connection?: { stream?: { cork?(): void; uncork?(): void }; parsedStatements?: Record<string, string> };
 }
 
 /**
@@ -70,6 +72,19 @@ export async function sendTogether(
   }
 }
 
+/**
+ * Makes the client forget the statements it believes prepared that the server no longer has
+ * (after a `DISCARD ALL` or `DEALLOCATE ALL` on the connection): it parses them again on their
+ * next use, where it would otherwise send a Bind that fails with SQLSTATE 26000 every time.
+ */
+export async function forgetDiscardedStatements(client: PgClient): Promise<void> {
+  const parsed = client.connection?.parsedStatements;
+  if (!parsed) return;
+  const { rows } = await client.query('SELECT name FROM pg_prepared_statements');
+  const kept = new Set(rows.map((row) => String(row.name)));
+  for (const name of Object.keys(parsed)) if (!kept.has(name)) delete parsed[name];
+}
+
 /** The value of a statement `sendTogether` answered, or its error. */
 export function valueOf(outcome: PromiseSettledResult<PgResult>): PgResult {
   if (outcome.status === 'rejected') throw outcome.reason;
@@ -79,7 +94,13 @@ export function valueOf(outcome: PromiseSettledResult<PgResult>): PgResult {
 function send(client: PgClient, [sql, params, name]: PgStatement): Promise<PgResult> {
   // No parameters: the simple protocol, one message.
   if (!params || params.length === 0) return client.query(sql);
-  return name ? client.query({ name, text: sql, values: [...params] }) : client.query(sql, [...params]);
+  if (!name) return client.query(sql, [...params]);
+  return client.query({ name, text: sql, values: [...params] }).catch((error: unknown) => {
+    // The server no longer has it (DISCARD ALL, DEALLOCATE, a pooler's other connection), but the
+    // client would send only Bind for it forever: the next use parses it again.
+    if (sqlState(error) === PREPARED_STATEMENT_MISSING) delete client.connection?.parsedStatements?.[name];
+    throw error;
+  });
 }
 
 function settle(result: Promise<PgResult>): Promise<PromiseSettledResult<PgResult>> {
