@@ -66,6 +66,50 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
   const effects = async (schema: string, ref: string) =>
     Number((await admin.query(`SELECT count(*) AS n FROM "${schema}".effects WHERE ref = $1`, [ref])).rows[0].n);
 
+  /** The pool's one connection is back clean: out of pipeline mode, no transaction, lock_timeout not leaked, its answers its own. */
+  const expectClean = async (dataSource: DataSource) => {
+    const runner = dataSource.createQueryRunner();
+    try {
+      const client = (await runner.connect()) as { pipeline?: boolean; getTransactionStatus(): string | null };
+      expect(client.pipeline).toBe(false);
+      expect(await runner.query('SELECT $1::int AS n', [7])).toEqual([{ n: 7 }]);
+      expect(client.getTransactionStatus()).toBe('I');
+      expect(await runner.query("SELECT current_setting('lock_timeout') AS t")).toEqual([{ t: '0' }]);
+      expect(runner.isTransactionActive).toBe(false);
+    } finally {
+      await runner.release();
+    }
+  };
+  /** A claim of a new key whose open transaction holds one business write, `ref`. */
+  const claimWithWrite = async (store: TypeOrmIdempotencyStore, schema: string, ref: string) => {
+    const key = randomUUID();
+    const opened = await store.claimInTransaction(
+      key,
+      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+      { commitOnComplete: true },
+    );
+    if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+    const manager = opened.transaction.manager as DataSource['manager'];
+    const [{ pid }] = (await manager.query('SELECT pg_backend_pid() AS pid')) as Array<{ pid: number }>;
+    await manager.query(`INSERT INTO "${schema}".effects (ref) VALUES ($1)`, [ref]);
+    return { key, transaction: opened.transaction, pid };
+  };
+  /** A deferred trigger on `effects`: the COMMIT of a write whose ref starts with `prefix` runs `body` (PL/pgSQL). */
+  const atCommit = async (schema: string, prefix: string, body: string) => {
+    await admin.query(`CREATE FUNCTION "${schema}".at_commit_${prefix}() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN ${body}; RETURN NULL; END $$`);
+    await admin.query(`CREATE CONSTRAINT TRIGGER at_commit_${prefix} AFTER INSERT ON "${schema}".effects
+      DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (NEW.ref LIKE '${prefix}%')
+      EXECUTE FUNCTION "${schema}".at_commit_${prefix}()`);
+  };
+  const until = async (condition: () => Promise<boolean>, what: string) => {
+    const deadline = Date.now() + 10_000;
+    while (!(await condition())) {
+      if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+
   beforeAll(async () => {
     admin = await connectPostgresOrFail();
   });
@@ -102,17 +146,155 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await new Promise((resolve) => setTimeout(resolve, 20));
     expect(await opened.transaction.complete(response)).toBe(false);
     await opened.transaction.rollback();
-    const runner = dataSource.createQueryRunner();
-    try {
-      const client = (await runner.connect()) as { pipeline?: boolean; getTransactionStatus(): string | null };
-      expect(client.pipeline).toBe(false);
-      expect(await runner.query('SELECT $1::int AS n', [7])).toEqual([{ n: 7 }]);
-      expect(client.getTransactionStatus()).toBe('I');
-      expect(await runner.query("SELECT current_setting('lock_timeout') AS t")).toEqual([{ t: '0' }]);
-      expect(runner.isTransactionActive).toBe(false);
-    } finally {
-      await runner.release();
-    }
+    await expectClean(dataSource);
     await route(store, schema);
   });
+
+  it('a serialization failure raised at the COMMIT sent with the completion: commit() reports it as one, nothing committed, the connection clean', async () => {
+    const { dataSource, schema } = await openPool();
+    await atCommit(schema, 'conflict', "RAISE EXCEPTION 'write skew' USING ERRCODE = '40001'");
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+    const ref = `conflict-${randomUUID()}`;
+    const { key, transaction } = await claimWithWrite(store, schema, ref);
+    expect(await transaction.complete(response)).toBe(true);
+    const failure = await transaction.commit().then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(store.isSerializationFailure(failure)).toBe(true);
+    await transaction.rollback();
+    expect(await state(schema, key)).toEqual([]);
+    expect(await effects(schema, ref)).toBe(0);
+    await expectClean(dataSource);
+    await route(store, schema);
+  });
+
+  it('the backend killed during the COMMIT sent with the completion: commit() fails (an outcome it cannot know), and the pool serves the next route on a new connection', async () => {
+    const { dataSource, schema } = await openPool();
+    await atCommit(schema, 'slow', 'PERFORM pg_sleep(30)');
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+    const ref = `slow-${randomUUID()}`;
+    const { key, transaction, pid } = await claimWithWrite(store, schema, ref);
+    const completing = transaction.complete(response);
+    await until(
+      async () =>
+        (
+          await admin.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND query = 'COMMIT' AND state = 'active'`, [
+            pid,
+          ])
+        ).rowCount === 1,
+      'the COMMIT to run',
+    );
+    await admin.query('SELECT pg_terminate_backend($1)', [pid]);
+    // The completion was answered before the COMMIT was cut: complete() cannot call it lost.
+    expect(await completing).toBe(true);
+    await expect(transaction.commit()).rejects.toThrow();
+    await transaction.rollback();
+    expect(await state(schema, key)).toEqual([]);
+    expect(await effects(schema, ref)).toBe(0);
+    await expectClean(dataSource);
+    await route(store, schema);
+  });
+
+  it('the backend killed while its claim INSERT waits for a duplicate key held by another transaction: the claim fails, the holder completes, the pool recovers', async () => {
+    const { dataSource, schema } = await openPool();
+    const holderPool = await new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema,
+      poolSize: 1,
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+    }).initialize();
+    pools.push(holderPool);
+    const holder = new TypeOrmIdempotencyStore(holderPool, { lockTimeoutMs: 10_000 });
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 10_000 });
+    const key = randomUUID();
+    const held = await holder.claimInTransaction(
+      key,
+      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+      { commitOnComplete: true },
+    );
+    if (held.kind !== 'claimed') throw new Error(`expected claimed, got ${held.kind}`);
+    const duplicate = store
+      .claimInTransaction(
+        key,
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+        { commitOnComplete: true },
+      )
+      .then(
+        (result) => ({ result }),
+        (error: unknown) => ({ error }),
+      );
+    let waiting: number | undefined;
+    await until(async () => {
+      const { rows } = await admin.query(
+        `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`,
+        [`%"${schema}"."idempotency_records"%`],
+      );
+      waiting = rows[0]?.pid;
+      return waiting !== undefined;
+    }, 'the duplicate to wait');
+    await admin.query('SELECT pg_terminate_backend($1)', [waiting]);
+    const outcome = await duplicate;
+    expect('error' in outcome).toBe(true);
+    expect(await held.transaction.complete(response)).toBe(true);
+    await held.transaction.commit();
+    expect(await state(schema, key)).toEqual(['completed']);
+    await expectClean(dataSource);
+    const again = await store.claimInTransaction(
+      key,
+      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
+      { commitOnComplete: true },
+    );
+    expect(again.kind).toBe('existing');
+    await route(store, schema);
+  });
+
+  it.each([
+    ['a completion that changed no row (the COMMIT behind it answered ROLLBACK)', 'lost'],
+    ['a serialization failure at the COMMIT', 'conflict'],
+  ])(
+    'TypeORM subscribers hear the transaction end in a rollback after %s, as with TypeORM’s own commitTransaction',
+    async (_case, how) => {
+      const { dataSource, schema } = await openPool();
+      await atCommit(schema, 'conflict', "RAISE EXCEPTION 'write skew' USING ERRCODE = '40001'");
+      const events: string[] = [];
+      const heard = (event: string) => () => void events.push(event);
+      dataSource.subscribers.push({
+        beforeTransactionStart: heard('BeforeTransactionStart'),
+        afterTransactionStart: heard('AfterTransactionStart'),
+        beforeTransactionCommit: heard('BeforeTransactionCommit'),
+        afterTransactionCommit: heard('AfterTransactionCommit'),
+        beforeTransactionRollback: heard('BeforeTransactionRollback'),
+        afterTransactionRollback: heard('AfterTransactionRollback'),
+      });
+      const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+      const key = randomUUID();
+      const opened = await store.claimInTransaction(
+        key,
+        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: how === 'lost' ? 1 : 60_000 },
+        { commitOnComplete: true },
+      );
+      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const ref = `${how}-${randomUUID()}`;
+      await (opened.transaction.manager as DataSource['manager']).query(
+        `INSERT INTO "${schema}".effects (ref) VALUES ($1)`,
+        [ref],
+      );
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      // As the engine ends it: complete, then commit when it answered true; rollback either way.
+      try {
+        if (await opened.transaction.complete(response)) await opened.transaction.commit();
+      } catch {
+        // the failure itself is another test's subject
+      } finally {
+        await opened.transaction.rollback();
+      }
+      expect(await effects(schema, ref)).toBe(0);
+      expect(events.slice(0, 2)).toEqual(['BeforeTransactionStart', 'AfterTransactionStart']);
+      expect(events).not.toContain('AfterTransactionCommit');
+      expect(events.at(-1)).toBe('AfterTransactionRollback');
+      await expectClean(dataSource);
+    },
+  );
 });

@@ -247,6 +247,7 @@ export class ClaimTransactions {
       await committing(committed);
       if (update.status === 'rejected' && sqlState(update.reason) !== undefined) {
         close();
+        await rollbackQuietly(runner);
         await releaseQuietly(runner);
         context?.emitDestroy();
         end();

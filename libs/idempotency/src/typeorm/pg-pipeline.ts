@@ -132,14 +132,20 @@ export async function beginningTransaction(runner: QueryRunner): Promise<() => P
   };
 }
 
-/** A COMMIT the store sends itself, as `commitTransaction` accounts for it. Call `ended` once it was answered. */
+/**
+ * A COMMIT the store sends itself, as `commitTransaction` accounts for it. Call `ended` once it was
+ * answered. A COMMIT that did not commit leaves the transaction active, as a failed
+ * `commitTransaction` does: the caller's `rollbackTransaction` then ends it, and subscribers hear
+ * the rollback.
+ */
 export async function committingTransaction(runner: QueryRunner): Promise<(committed: boolean) => Promise<void>> {
   const state = runner as unknown as TransactionState;
   await state.broadcaster.broadcast('BeforeTransactionCommit');
   return async (committed: boolean) => {
+    if (!committed) return;
     state.isTransactionActive = false;
     state.transactionDepth = 0;
-    if (committed) await state.broadcaster.broadcast('AfterTransactionCommit');
+    await state.broadcaster.broadcast('AfterTransactionCommit');
   };
 }
 
