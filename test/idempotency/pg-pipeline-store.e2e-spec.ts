@@ -134,6 +134,25 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     }
   });
 
+  it('a client that does not know the statements its connection holds (as after a pooler handed it another server connection) keeps serving claims', async () => {
+    const { dataSource, schema } = await openPool();
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+    await route(store, schema);
+    const runner = dataSource.createQueryRunner();
+    try {
+      const client = (await runner.connect()) as { connection: { parsedStatements: Record<string, string> } };
+      for (const name of Object.keys(client.connection.parsedStatements))
+        delete client.connection.parsedStatements[name];
+    } finally {
+      await runner.release();
+    }
+    for (let request = 0; request < 2; request += 1) {
+      const { key, ref } = await route(store, schema);
+      expect(await state(schema, key)).toEqual(['completed']);
+      expect(await effects(schema, ref)).toBe(1);
+    }
+  });
+
   it('after a completion that changed no row, the same connection answers a plain TypeORM query with its own rows, outside any transaction', async () => {
     const { dataSource, schema } = await openPool();
     const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });

@@ -18,6 +18,7 @@ import type { IdempotencyRecordsConnection } from './idempotency-records.connect
 import {
   isNotCompleted,
   LOCK_NOT_AVAILABLE,
+  PREPARED_STATEMENT_EXISTS,
   PREPARED_STATEMENT_MISSING,
   SERIALIZATION_FAILURE,
   sqlState,
@@ -27,8 +28,8 @@ import {
   beginningTransaction,
   beginStatement,
   committingTransaction,
-  forgetDiscardedStatements,
   sendTogether,
+  syncPreparedStatements,
   valueOf,
   type PgClient,
   type PgResult,
@@ -123,13 +124,14 @@ export class ClaimTransactions {
           handlerSavepoint = true;
         } catch (error) {
           const state = sqlState(error);
-          if (state !== UNIQUE_VIOLATION && state !== PREPARED_STATEMENT_MISSING) throw error;
-          // The key has a committed row, or the connection lost its prepared statements (the
-          // client forgets them, and parses them again): start again, reading the row in the same
-          // transaction.
+          const unprepared = state === PREPARED_STATEMENT_MISSING || state === PREPARED_STATEMENT_EXISTS;
+          if (state !== UNIQUE_VIOLATION && !unprepared) throw error;
+          // The key has a committed row, or the client's prepared statements are not the
+          // connection's: start again, reading the row in the same transaction (after which the
+          // client knows what this connection holds, for the completion).
           await runner.rollbackTransaction();
-          if (state === PREPARED_STATEMENT_MISSING) await forgetDiscardedStatements(client);
           await this.db.begin(runner, options);
+          if (unprepared) await syncPreparedStatements(client);
         }
       } else {
         await this.db.begin(runner, options);

@@ -22,6 +22,11 @@ export const UNIQUE_VIOLATION = '23505';
  * client had prepared is gone from the server (`DISCARD ALL`, `DEALLOCATE`). @internal
  */
 export const PREPARED_STATEMENT_MISSING = '26000';
+/**
+ * PostgreSQL SQLSTATE `duplicate_prepared_statement`: the client parsed a name the connection
+ * already holds (a pooler gave it a server connection another client prepared on). @internal
+ */
+export const PREPARED_STATEMENT_EXISTS = '42P05';
 
 /**
  * What `completeOrAbort` raises when it changes no row (a cast error, SQLSTATE 22P02, whose

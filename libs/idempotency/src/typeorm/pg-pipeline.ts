@@ -6,7 +6,7 @@
  */
 import type { QueryRunner } from 'typeorm';
 import type { Row } from './idempotency-record.codec.js';
-import { PREPARED_STATEMENT_MISSING, sqlState } from './idempotency-records.sql.js';
+import { PREPARED_STATEMENT_EXISTS, PREPARED_STATEMENT_MISSING, sqlState } from './idempotency-records.sql.js';
 
 /** What a node-postgres query answers (one statement). */
 export interface PgResult {
@@ -73,16 +73,17 @@ export async function sendTogether(
 }
 
 /**
- * Makes the client forget the statements it believes prepared that the server no longer has
- * (after a `DISCARD ALL` or `DEALLOCATE ALL` on the connection): it parses them again on their
- * next use, where it would otherwise send a Bind that fails with SQLSTATE 26000 every time.
+ * Makes the client's record of the connection's prepared statements (`parsedStatements`) what the
+ * server holds, after a statement failed because they differed: the server dropped them (`DISCARD
+ * ALL`, `DEALLOCATE ALL`: 26000, the client would only ever send Bind) or has one the client does
+ * not know of (a pooler's other connection: 42P05, the client would only ever send Parse).
  */
-export async function forgetDiscardedStatements(client: PgClient): Promise<void> {
+export async function syncPreparedStatements(client: PgClient): Promise<void> {
   const parsed = client.connection?.parsedStatements;
   if (!parsed) return;
-  const { rows } = await client.query('SELECT name FROM pg_prepared_statements');
-  const kept = new Set(rows.map((row) => String(row.name)));
-  for (const name of Object.keys(parsed)) if (!kept.has(name)) delete parsed[name];
+  const { rows } = await client.query('SELECT name, statement FROM pg_prepared_statements WHERE NOT from_sql');
+  for (const name of Object.keys(parsed)) delete parsed[name];
+  for (const row of rows) parsed[String(row.name)] = String(row.statement);
 }
 
 /** The value of a statement `sendTogether` answered, or its error. */
@@ -96,9 +97,11 @@ function send(client: PgClient, [sql, params, name]: PgStatement): Promise<PgRes
   if (!params || params.length === 0) return client.query(sql);
   if (!name) return client.query(sql, [...params]);
   return client.query({ name, text: sql, values: [...params] }).catch((error: unknown) => {
-    // The server no longer has it (DISCARD ALL, DEALLOCATE, a pooler's other connection), but the
-    // client would send only Bind for it forever: the next use parses it again.
-    if (sqlState(error) === PREPARED_STATEMENT_MISSING) delete client.connection?.parsedStatements?.[name];
+    // The server and the client disagree on whether it is prepared: one of them would be wrong
+    // on every later use. The server is right, and the next use follows it.
+    const parsed = client.connection?.parsedStatements;
+    if (parsed && sqlState(error) === PREPARED_STATEMENT_MISSING) delete parsed[name];
+    if (parsed && sqlState(error) === PREPARED_STATEMENT_EXISTS) parsed[name] = sql;
     throw error;
   });
 }
