@@ -24,10 +24,13 @@ export interface PgResult {
  */
 export interface PgClient {
   query(text: string, values?: unknown[]): Promise<PgResult>;
-  query(config: { name: string; text: string; values: unknown[] }): Promise<PgResult>;
+  query(config: { name?: string; text: string; values?: unknown[] }, callback: PgCallback): void;
   pipeline?: boolean;
   connection?: { stream?: { cork?(): void; uncork?(): void }; parsedStatements?: Record<string, string> };
 }
+
+/** How node-postgres answers a query given a callback: at once when it fails it before sending it. */
+type PgCallback = (error: Error | null, result: PgResult) => void;
 
 /**
  * One statement of a batch: its text, its parameters when it has any, and the name it is prepared
@@ -39,7 +42,8 @@ export type PgStatement = readonly [sql: string, params?: readonly unknown[], na
  * Sends `statements` in order, in one write and, on a node-postgres that pipelines, in one round
  * trip; answers each one's outcome. Each statement has its own Sync, so a failed one does not
  * stop the next from running: inside a transaction block the next fails too (the transaction is
- * aborted), and a COMMIT after a failure answers ROLLBACK. On a node-postgres without pipelining
+ * aborted), and a COMMIT after a failure answers ROLLBACK. A statement that fails in the client
+ * (never sent, so it aborts nothing) stops the batch: the statements behind it are not sent. On a node-postgres without pipelining
  * the statements run one after another, with the same outcomes. `pipeline` is a constructor
  * option of node-postgres that its client reads whenever it sends: it is on for the batch only,
  * on a client the runner holds alone, and off again once every statement has been answered.
@@ -50,16 +54,29 @@ export async function sendTogether(
 ): Promise<PromiseSettledResult<PgResult>[]> {
   if (!('pipeline' in client)) {
     const outcomes: PromiseSettledResult<PgResult>[] = [];
-    for (const statement of statements) outcomes.push(await settle(send(client, statement)));
+    for (const statement of statements) {
+      const previous = outcomes.at(-1);
+      // A failure the server did not answer: the statement never reached it, or the connection is gone.
+      const stopped = previous?.status === 'rejected' && sqlState(previous.reason) === undefined;
+      outcomes.push(await settle(stopped ? notSent() : send(client, statement).answer));
+    }
     return outcomes;
   }
   const stream = client.connection?.stream;
   const pipelined = client.pipeline;
   client.pipeline = true;
   stream?.cork?.();
-  let sent: Promise<PgResult>[];
+  const sent: Promise<PgResult>[] = [];
   try {
-    sent = statements.map((statement) => send(client, statement));
+    // A statement node-postgres fails before writing it (a parameter it cannot serialize) never
+    // reaches the server, so it would not abort the transaction: what follows it (a COMMIT) is
+    // not sent either.
+    let stopped = false;
+    for (const statement of statements) {
+      const outgoing: Outgoing = stopped ? { answer: notSent(), unsent: true } : send(client, statement);
+      stopped = outgoing.unsent;
+      sent.push(outgoing.answer);
+    }
   } finally {
     stream?.uncork?.();
   }
@@ -92,18 +109,36 @@ export function valueOf(outcome: PromiseSettledResult<PgResult>): PgResult {
   return outcome.value;
 }
 
-function send(client: PgClient, [sql, params, name]: PgStatement): Promise<PgResult> {
-  // No parameters: the simple protocol, one message.
-  if (!params || params.length === 0) return client.query(sql);
-  if (!name) return client.query(sql, [...params]);
-  return client.query({ name, text: sql, values: [...params] }).catch((error: unknown) => {
-    // The server and the client disagree on whether it is prepared: one of them would be wrong
-    // on every later use. The server is right, and the next use follows it.
-    const parsed = client.connection?.parsedStatements;
-    if (parsed && sqlState(error) === PREPARED_STATEMENT_MISSING) delete parsed[name];
-    if (parsed && sqlState(error) === PREPARED_STATEMENT_EXISTS) parsed[name] = sql;
-    throw error;
+/** A statement on its way, and whether node-postgres failed it before writing it (its callback ran at once). */
+interface Outgoing {
+  answer: Promise<PgResult>;
+  unsent: boolean;
+}
+
+function send(client: PgClient, [sql, params, name]: PgStatement): Outgoing {
+  let returned = false;
+  let unsent = false;
+  const answer = new Promise<PgResult>((resolve, reject) => {
+    const callback: PgCallback = (error, result) => {
+      if (!error) return resolve(result);
+      if (!returned) unsent = true;
+      // The server and the client disagree on whether it is prepared: one of them would be wrong
+      // on every later use. The server is right, and the next use follows it.
+      const parsed = client.connection?.parsedStatements;
+      if (name && parsed && sqlState(error) === PREPARED_STATEMENT_MISSING) delete parsed[name];
+      if (name && parsed && sqlState(error) === PREPARED_STATEMENT_EXISTS) parsed[name] = sql;
+      reject(error);
+    };
+    // No parameters: the simple protocol, one message.
+    if (!params || params.length === 0) client.query({ text: sql }, callback);
+    else client.query({ name, text: sql, values: [...params] }, callback);
   });
+  returned = true;
+  return { answer, unsent };
+}
+
+function notSent(): Promise<PgResult> {
+  return Promise.reject(new Error('Not sent: a statement before it in the batch failed without reaching the server'));
 }
 
 function settle(result: Promise<PgResult>): Promise<PromiseSettledResult<PgResult>> {
