@@ -41,22 +41,29 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await dataSource.query(`CREATE TABLE "${schema}".effects (ref text NOT NULL)`);
     return { dataSource, schema };
   };
+  /** `claimInTransaction` as the engine calls it: a fresh owner, the COMMIT sent with the completion. */
+  const claim = (store: TypeOrmIdempotencyStore, key: string, ttlMs = 60_000) =>
+    store.claimInTransaction(
+      key,
+      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs },
+      { commitOnComplete: true },
+    );
+  /** The open transaction of a claim that must have been made. */
+  const claimed = async (store: TypeOrmIdempotencyStore, key: string, ttlMs?: number) => {
+    const opened = await claim(store, key, ttlMs);
+    if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+    return opened.transaction;
+  };
   /** One route's transaction: claim a new key, write `ref`, complete with the COMMIT behind it, commit. */
   const route = async (store: TypeOrmIdempotencyStore, schema: string) => {
     const key = randomUUID();
     const ref = randomUUID();
-    const opened = await store.claimInTransaction(
-      key,
-      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-      { commitOnComplete: true },
-    );
-    if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
-    await (opened.transaction.manager as DataSource['manager']).query(
-      `INSERT INTO "${schema}".effects (ref) VALUES ($1)`,
-      [ref],
-    );
-    expect(await opened.transaction.complete(response)).toBe(true);
-    await opened.transaction.commit();
+    const transaction = await claimed(store, key);
+    await (transaction.manager as DataSource['manager']).query(`INSERT INTO "${schema}".effects (ref) VALUES ($1)`, [
+      ref,
+    ]);
+    expect(await transaction.complete(response)).toBe(true);
+    await transaction.commit();
     return { key, ref };
   };
   const state = async (schema: string, key: string) =>
@@ -66,6 +73,14 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
   const effects = async (schema: string, ref: string) =>
     Number((await admin.query(`SELECT count(*) AS n FROM "${schema}".effects WHERE ref = $1`, [ref])).rows[0].n);
 
+  /** Two routes in a row commit their write with a completed row (the second on a connection the first healed). */
+  const expectServed = async (store: TypeOrmIdempotencyStore, schema: string) => {
+    for (let request = 0; request < 2; request += 1) {
+      const { key, ref } = await route(store, schema);
+      expect(await state(schema, key)).toEqual(['completed']);
+      expect(await effects(schema, ref)).toBe(1);
+    }
+  };
   /** The pool's one connection is back clean: out of pipeline mode, no transaction, lock_timeout not leaked, its answers its own. */
   const expectClean = async (dataSource: DataSource) => {
     const runner = dataSource.createQueryRunner();
@@ -83,16 +98,11 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
   /** A claim of a new key whose open transaction holds one business write, `ref`. */
   const claimWithWrite = async (store: TypeOrmIdempotencyStore, schema: string, ref: string) => {
     const key = randomUUID();
-    const opened = await store.claimInTransaction(
-      key,
-      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-      { commitOnComplete: true },
-    );
-    if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
-    const manager = opened.transaction.manager as DataSource['manager'];
+    const transaction = await claimed(store, key);
+    const manager = transaction.manager as DataSource['manager'];
     const [{ pid }] = (await manager.query('SELECT pg_backend_pid() AS pid')) as Array<{ pid: number }>;
     await manager.query(`INSERT INTO "${schema}".effects (ref) VALUES ($1)`, [ref]);
-    return { key, transaction: opened.transaction, pid };
+    return { key, transaction, pid };
   };
   /** A deferred trigger on `effects`: the COMMIT of a write whose ref starts with `prefix` runs `body` (PL/pgSQL). */
   const atCommit = async (schema: string, prefix: string, body: string) => {
@@ -126,11 +136,7 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     // What a pooler's reset query or the application does on the pool's one connection.
     for (const reset of ['DISCARD ALL', 'DEALLOCATE ALL']) {
       await dataSource.query(reset);
-      for (let request = 0; request < 2; request += 1) {
-        const { key, ref } = await route(store, schema);
-        expect(await state(schema, key)).toEqual(['completed']);
-        expect(await effects(schema, ref)).toBe(1);
-      }
+      await expectServed(store, schema);
     }
   });
 
@@ -146,25 +152,16 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     } finally {
       await runner.release();
     }
-    for (let request = 0; request < 2; request += 1) {
-      const { key, ref } = await route(store, schema);
-      expect(await state(schema, key)).toEqual(['completed']);
-      expect(await effects(schema, ref)).toBe(1);
-    }
+    await expectServed(store, schema);
   });
 
   it('after a completion that changed no row, the same connection answers a plain TypeORM query with its own rows, outside any transaction', async () => {
     const { dataSource, schema } = await openPool();
     const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
-    const opened = await store.claimInTransaction(
-      randomUUID(),
-      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 1 },
-      { commitOnComplete: true },
-    );
-    if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+    const transaction = await claimed(store, randomUUID(), 1);
     await new Promise((resolve) => setTimeout(resolve, 20));
-    expect(await opened.transaction.complete(response)).toBe(false);
-    await opened.transaction.rollback();
+    expect(await transaction.complete(response)).toBe(false);
+    await transaction.rollback();
     await expectClean(dataSource);
     await route(store, schema);
   });
@@ -228,22 +225,11 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     const holder = new TypeOrmIdempotencyStore(holderPool, { lockTimeoutMs: 10_000 });
     const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 10_000 });
     const key = randomUUID();
-    const held = await holder.claimInTransaction(
-      key,
-      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-      { commitOnComplete: true },
+    const held = await claimed(holder, key);
+    const duplicate = claim(store, key).then(
+      (result) => ({ result }),
+      (error: unknown) => ({ error }),
     );
-    if (held.kind !== 'claimed') throw new Error(`expected claimed, got ${held.kind}`);
-    const duplicate = store
-      .claimInTransaction(
-        key,
-        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-        { commitOnComplete: true },
-      )
-      .then(
-        (result) => ({ result }),
-        (error: unknown) => ({ error }),
-      );
     let waiting: number | undefined;
     await until(async () => {
       const { rows } = await admin.query(
@@ -256,15 +242,11 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await admin.query('SELECT pg_terminate_backend($1)', [waiting]);
     const outcome = await duplicate;
     expect('error' in outcome).toBe(true);
-    expect(await held.transaction.complete(response)).toBe(true);
-    await held.transaction.commit();
+    expect(await held.complete(response)).toBe(true);
+    await held.commit();
     expect(await state(schema, key)).toEqual(['completed']);
     await expectClean(dataSource);
-    const again = await store.claimInTransaction(
-      key,
-      { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: 60_000 },
-      { commitOnComplete: true },
-    );
+    const again = await claim(store, key);
     expect(again.kind).toBe('existing');
     await route(store, schema);
   });
@@ -289,25 +271,19 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
       });
       const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
       const key = randomUUID();
-      const opened = await store.claimInTransaction(
-        key,
-        { ownerToken: randomUUID(), fingerprint: 'f', leaseMs: 30_000, ttlMs: how === 'lost' ? 1 : 60_000 },
-        { commitOnComplete: true },
-      );
-      if (opened.kind !== 'claimed') throw new Error(`expected claimed, got ${opened.kind}`);
+      const transaction = await claimed(store, key, how === 'lost' ? 1 : 60_000);
       const ref = `${how}-${randomUUID()}`;
-      await (opened.transaction.manager as DataSource['manager']).query(
-        `INSERT INTO "${schema}".effects (ref) VALUES ($1)`,
-        [ref],
-      );
+      await (transaction.manager as DataSource['manager']).query(`INSERT INTO "${schema}".effects (ref) VALUES ($1)`, [
+        ref,
+      ]);
       await new Promise((resolve) => setTimeout(resolve, 20));
       // As the engine ends it: complete, then commit when it answered true; rollback either way.
       try {
-        if (await opened.transaction.complete(response)) await opened.transaction.commit();
+        if (await transaction.complete(response)) await transaction.commit();
       } catch {
         // the failure itself is another test's subject
       } finally {
-        await opened.transaction.rollback();
+        await transaction.rollback();
       }
       expect(await effects(schema, ref)).toBe(0);
       expect(events.slice(0, 2)).toEqual(['BeforeTransactionStart', 'AfterTransactionStart']);
