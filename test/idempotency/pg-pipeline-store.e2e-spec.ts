@@ -212,6 +212,40 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await route(store, schema);
   });
 
+  it('the socket reset (ECONNRESET) while the completion runs, the COMMIT already sent: complete() does not call it a definite failure, for the COMMIT does happen', async () => {
+    const { dataSource, schema } = await openPool();
+    await admin.query(`CREATE FUNCTION "${schema}".slow_completion() RETURNS trigger LANGUAGE plpgsql AS $$
+      BEGIN PERFORM pg_sleep(0.5); RETURN NEW; END $$`);
+    await admin.query(`CREATE TRIGGER slow_completion BEFORE UPDATE ON "${schema}".idempotency_records
+      FOR EACH ROW WHEN (NEW.state = 'completed') EXECUTE FUNCTION "${schema}".slow_completion()`);
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+    const ref = randomUUID();
+    const { key, transaction, pid } = await claimWithWrite(store, schema, ref);
+    const runner = (transaction.manager as DataSource['manager']).queryRunner as unknown as {
+      databaseConnection: { connection: { stream: { destroy(error: Error): void } } };
+    };
+    const completing = transaction.complete(response).then(
+      (answer) => ({ answer }),
+      (error: unknown) => ({ error }),
+    );
+    await until(
+      async () =>
+        (await admin.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1 AND wait_event = 'PgSleep'`, [pid]))
+          .rowCount === 1,
+      'the completion to run',
+    );
+    runner.databaseConnection.connection.stream.destroy(
+      Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET', errno: -104, syscall: 'read' }),
+    );
+    expect(await completing).toEqual({ answer: true });
+    await expect(transaction.commit()).rejects.toThrow();
+    await transaction.rollback();
+    // The server had the COMMIT before the socket went: it commits the write with its completed row.
+    await until(async () => (await state(schema, key))[0] === 'completed', 'the COMMIT');
+    expect(await effects(schema, ref)).toBe(1);
+    await expectClean(dataSource);
+  });
+
   it('the backend killed while its claim INSERT waits for a duplicate key held by another transaction: the claim fails, the holder completes, the pool recovers', async () => {
     const { dataSource, schema } = await openPool();
     const holderPool = await new DataSource({

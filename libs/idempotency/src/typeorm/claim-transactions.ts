@@ -16,6 +16,7 @@ import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { changedOne, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
 import type { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
 import {
+  answeredByServer,
   isNotCompleted,
   LOCK_NOT_AVAILABLE,
   PREPARED_STATEMENT_EXISTS,
@@ -247,7 +248,7 @@ export class ClaimTransactions {
       const committed =
         update.status === 'fulfilled' && commit.status === 'fulfilled' && commit.value.command === 'COMMIT';
       await committing(committed);
-      if (update.status === 'rejected' && sqlState(update.reason) !== undefined) {
+      if (update.status === 'rejected' && answeredByServer(update.reason)) {
         close();
         await rollbackQuietly(runner);
         await releaseQuietly(runner);

@@ -230,6 +230,14 @@ export function isNotCompleted(error: unknown): boolean {
   return sqlState(error) === '22P02' && error instanceof Error && error.message.includes(NOT_COMPLETED);
 }
 
+/**
+ * `error` is PostgreSQL's answer (an ErrorResponse: node-postgres' DatabaseError, with its
+ * severity), not a failure of the socket, whose `code` (ECONNRESET, EPIPE) is no SQLSTATE. @internal
+ */
+export function answeredByServer(error: unknown): boolean {
+  return sqlState(error) !== undefined && typeof (error as { severity?: unknown } | null)?.severity === 'string';
+}
+
 /** The SQLSTATE of a driver error (PostgreSQL), if it has one. @internal */
 export function sqlState(error: unknown): string | undefined {
   const driverError = (error as { driverError?: { code?: unknown } } | null)?.driverError;

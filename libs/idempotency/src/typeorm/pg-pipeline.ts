@@ -6,7 +6,12 @@
  */
 import type { QueryRunner } from 'typeorm';
 import type { Row } from './idempotency-record.codec.js';
-import { PREPARED_STATEMENT_EXISTS, PREPARED_STATEMENT_MISSING, sqlState } from './idempotency-records.sql.js';
+import {
+  answeredByServer,
+  PREPARED_STATEMENT_EXISTS,
+  PREPARED_STATEMENT_MISSING,
+  sqlState,
+} from './idempotency-records.sql.js';
 
 /** What a node-postgres query answers (one statement). */
 export interface PgResult {
@@ -57,7 +62,7 @@ export async function sendTogether(
     for (const statement of statements) {
       const previous = outcomes.at(-1);
       // A failure the server did not answer: the statement never reached it, or the connection is gone.
-      const stopped = previous?.status === 'rejected' && sqlState(previous.reason) === undefined;
+      const stopped = previous?.status === 'rejected' && !answeredByServer(previous.reason);
       outcomes.push(await settle(stopped ? notSent() : send(client, statement).answer));
     }
     return outcomes;
