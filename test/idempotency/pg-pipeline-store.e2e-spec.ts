@@ -155,6 +155,20 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await expectServed(store, schema);
   });
 
+  it('a completion whose prepared statement the transaction dropped fails with what to do, commits nothing, and the next route is served', async () => {
+    const { dataSource, schema } = await openPool();
+    const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
+    await route(store, schema);
+    const ref = randomUUID();
+    const { key, transaction } = await claimWithWrite(store, schema, ref);
+    await (transaction.manager as DataSource['manager']).query('DEALLOCATE ALL');
+    await expect(transaction.complete(response)).rejects.toThrow(/preparedStatements: false/);
+    await transaction.rollback();
+    expect(await state(schema, key)).toEqual([]);
+    expect(await effects(schema, ref)).toBe(0);
+    await expectServed(store, schema);
+  });
+
   it('after a completion that changed no row, the same connection answers a plain TypeORM query with its own rows, outside any transaction', async () => {
     const { dataSource, schema } = await openPool();
     const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 1_500 });
