@@ -41,6 +41,19 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     await dataSource.query(`CREATE TABLE "${schema}".effects (ref text NOT NULL)`);
     return { dataSource, schema };
   };
+  /** Another DataSource of one pooled connection on `schema`, its connections started with `extra` (node-postgres options). */
+  const openPoolOn = async (schema: string, extra: Record<string, unknown> = {}) => {
+    const dataSource = await new DataSource({
+      type: 'postgres',
+      url: TEST_DATABASE_URL,
+      schema,
+      poolSize: 1,
+      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
+      extra,
+    }).initialize();
+    pools.push(dataSource);
+    return dataSource;
+  };
   /** `claimInTransaction` as the engine calls it: a fresh owner, the COMMIT sent with the completion. */
   const claim = (store: TypeOrmIdempotencyStore, key: string, ttlMs = 60_000) =>
     store.claimInTransaction(
@@ -262,14 +275,7 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
 
   it('the backend killed while its claim INSERT waits for a duplicate key held by another transaction: the claim fails, the holder completes, the pool recovers', async () => {
     const { dataSource, schema } = await openPool();
-    const holderPool = await new DataSource({
-      type: 'postgres',
-      url: TEST_DATABASE_URL,
-      schema,
-      poolSize: 1,
-      entities: IDEMPOTENCY_TYPEORM_ENTITIES,
-    }).initialize();
-    pools.push(holderPool);
+    const holderPool = await openPoolOn(schema);
     const holder = new TypeOrmIdempotencyStore(holderPool, { lockTimeoutMs: 10_000 });
     const store = new TypeOrmIdempotencyStore(dataSource, { lockTimeoutMs: 10_000 });
     const key = randomUUID();
@@ -297,6 +303,21 @@ describe('TypeORM store batches on a reused pooled connection (PostgreSQL)', () 
     const again = await claim(store, key);
     expect(again.kind).toBe('existing');
     await route(store, schema);
+  });
+
+  it('a statement_timeout that cuts the claim INSERT waiting on a held key inside the batch: the claim fails, nothing is left open, the connection serves the next claim', async () => {
+    const { dataSource: holderPool, schema } = await openPool();
+    const timedPool = await openPoolOn(schema, { statement_timeout: 300 });
+    const holder = new TypeOrmIdempotencyStore(holderPool, { lockTimeoutMs: 10_000 });
+    const store = new TypeOrmIdempotencyStore(timedPool, { lockTimeoutMs: 10_000 });
+    const key = randomUUID();
+    const held = await claimed(holder, key);
+    await expect(claim(store, key)).rejects.toThrow(/statement timeout/);
+    await expectClean(timedPool);
+    expect(await held.complete(response)).toBe(true);
+    await held.commit();
+    expect((await claim(store, key)).kind).toBe('existing');
+    await expectClean(timedPool);
   });
 
   it.each([
