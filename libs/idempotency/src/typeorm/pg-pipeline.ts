@@ -48,10 +48,11 @@ export type PgStatement = readonly [sql: string, params?: readonly unknown[], na
  * trip; answers each one's outcome. Each statement has its own Sync, so a failed one does not
  * stop the next from running: inside a transaction block the next fails too (the transaction is
  * aborted), and a COMMIT after a failure answers ROLLBACK. A statement that fails in the client
- * (never sent, so it aborts nothing) stops the batch: the statements behind it are not sent. On a node-postgres without pipelining
- * the statements run one after another, with the same outcomes. `pipeline` is a constructor
- * option of node-postgres that its client reads whenever it sends: it is on for the batch only,
- * on a client the runner holds alone, and off again once every statement has been answered.
+ * (never sent, so it aborts nothing) stops the batch: the statements behind it are not sent. On
+ * a node-postgres without pipelining the statements run one after another, with the same
+ * outcomes. `pipeline` is a constructor option of node-postgres that its client reads whenever
+ * it sends: it is on for the batch only, on a client the runner holds alone, and off again once
+ * every statement has been answered.
  */
 export async function sendTogether(
   client: PgClient,
