@@ -69,5 +69,25 @@ describe('sendTogether (node-postgres pipeline mode)', () => {
       expect(outcomes[4]!.status === 'fulfilled' && outcomes[4]!.value.command).toBe('ROLLBACK');
       expect((await client.query('SELECT count(*)::int AS n FROM pipeline_effects')).rows).toEqual([{ n: 0 }]);
     });
+
+    it('a statement the client fails before sending it (a parameter it cannot serialize) stops the batch: the COMMIT behind it is not sent, nothing commits', async () => {
+      const target = prepare(client);
+      await client.query('CREATE TEMPORARY TABLE pipeline_unsent (n int)');
+      const unserializable = {
+        toPostgres: () => {
+          throw new Error('cannot serialize');
+        },
+      };
+      const outcomes = await sendTogether(target, [
+        ['BEGIN'],
+        ['INSERT INTO pipeline_unsent VALUES ($1)', [1]],
+        ['SELECT $1::text AS t', [unserializable]],
+        ['COMMIT'],
+      ]);
+      expect(outcomes.map((outcome) => outcome.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'rejected']);
+      expect(outcomes[2]!.status === 'rejected' && (outcomes[2]!.reason as Error).message).toBe('cannot serialize');
+      await client.query('ROLLBACK');
+      expect((await client.query('SELECT count(*)::int AS n FROM pipeline_unsent')).rows).toEqual([{ n: 0 }]);
+    });
   });
 });

@@ -16,8 +16,11 @@ import type { ClaimRequest } from '../stores/idempotency-store.js';
 import { changedOne, decodeRecord, integer, single, type Row } from './idempotency-record.codec.js';
 import type { IdempotencyRecordsConnection } from './idempotency-records.connection.js';
 import {
+  answeredByServer,
   isNotCompleted,
   LOCK_NOT_AVAILABLE,
+  PREPARED_STATEMENT_EXISTS,
+  PREPARED_STATEMENT_MISSING,
   SERIALIZATION_FAILURE,
   sqlState,
   UNIQUE_VIOLATION,
@@ -27,6 +30,7 @@ import {
   beginStatement,
   committingTransaction,
   sendTogether,
+  syncPreparedStatements,
   valueOf,
   type PgClient,
   type PgResult,
@@ -120,10 +124,15 @@ export class ClaimTransactions {
           insertedAt = String(inserted.row_ctid);
           handlerSavepoint = true;
         } catch (error) {
-          if (sqlState(error) !== UNIQUE_VIOLATION) throw error;
-          // The key has a committed row: start again, and read it in the same transaction.
+          const state = sqlState(error);
+          const unprepared = state === PREPARED_STATEMENT_MISSING || state === PREPARED_STATEMENT_EXISTS;
+          if (state !== UNIQUE_VIOLATION && !unprepared) throw error;
+          // The key has a committed row, or the client's prepared statements are not the
+          // connection's: start again, reading the row in the same transaction (after which the
+          // client knows what this connection holds, for the completion).
           await runner.rollbackTransaction();
           await this.db.begin(runner, options);
+          if (unprepared) await syncPreparedStatements(client);
         }
       } else {
         await this.db.begin(runner, options);
@@ -239,8 +248,9 @@ export class ClaimTransactions {
       const committed =
         update.status === 'fulfilled' && commit.status === 'fulfilled' && commit.value.command === 'COMMIT';
       await committing(committed);
-      if (update.status === 'rejected' && sqlState(update.reason) !== undefined) {
+      if (update.status === 'rejected' && answeredByServer(update.reason)) {
         close();
+        await rollbackQuietly(runner);
         await releaseQuietly(runner);
         context?.emitDestroy();
         end();

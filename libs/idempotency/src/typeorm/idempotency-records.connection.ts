@@ -28,6 +28,8 @@ import {
 } from './idempotency-records.mysql.js';
 import {
   LOCK_NOT_AVAILABLE,
+  PREPARED_STATEMENT_EXISTS,
+  PREPARED_STATEMENT_MISSING,
   sqlState,
   statementsFor,
   type Dialect,
@@ -214,7 +216,7 @@ export class IdempotencyRecordsConnection {
     const missingTable =
       sqlState(error) === '42P01' || mysqlErrno(error) === MYSQL_NO_SUCH_TABLE || /no such table/i.test(cause)
         ? ' Is the table created? Add IDEMPOTENCY_TYPEORM_MIGRATIONS to the DataSource migrations and run them.'
-        : tableMismatch(sqlState(error), this.partitioned);
+        : optionMismatch(sqlState(error), this.partitioned);
     return new IdempotencyStoreError(
       `Durable idempotency store (${this.dialect}): ${operation} failed: ${cause}.${missingTable} ` +
         'Make sure the database is reachable.',
@@ -314,16 +316,23 @@ export class IdempotencyRecordsConnection {
 }
 
 /**
- * The hint for a store whose `partitioning` option does not match the table the migrations made:
- * the claim function is missing (42883), or `ON CONFLICT ("key")` finds no unique index on a
- * partitioned table (42P10).
+ * The hint for a store whose options do not match what it runs on: the `partitioning` option not
+ * the table the migrations made (the claim function is missing, 42883, or `ON CONFLICT ("key")`
+ * finds no unique index on a partitioned table, 42P10), or `preparedStatements` behind a pooler
+ * that does not keep them (a connection's statements are not what the client believes: 26000, 42P05).
  */
-function tableMismatch(state: string | undefined, partitioned: boolean): string {
+function optionMismatch(state: string | undefined, partitioned: boolean): string {
   if (partitioned && state === '42883') {
     return ' The partitioning option needs the partitioned table: run IDEMPOTENCY_TYPEORM_PARTITIONED_MIGRATIONS.';
   }
   if (!partitioned && state === '42P10') {
     return ' The table is the partitioned one: give the store its partitioning option.';
+  }
+  if (state === PREPARED_STATEMENT_MISSING || state === PREPARED_STATEMENT_EXISTS) {
+    return (
+      " The connection's prepared statements changed under the store: behind a pooler in transaction mode that " +
+      'does not keep them, give the store preparedStatements: false.'
+    );
   }
   return '';
 }

@@ -17,6 +17,16 @@ export const SERIALIZATION_FAILURE = '40001';
 export const DEADLOCK_DETECTED = '40P01';
 /** PostgreSQL SQLSTATE `unique_violation`: `insertClaim` met a committed row of the key. */
 export const UNIQUE_VIOLATION = '23505';
+/**
+ * PostgreSQL SQLSTATE `invalid_sql_statement_name`: a named prepared statement the connection's
+ * client had prepared is gone from the server (`DISCARD ALL`, `DEALLOCATE`). @internal
+ */
+export const PREPARED_STATEMENT_MISSING = '26000';
+/**
+ * PostgreSQL SQLSTATE `duplicate_prepared_statement`: the client parsed a name the connection
+ * already holds (a pooler gave it a server connection another client prepared on). @internal
+ */
+export const PREPARED_STATEMENT_EXISTS = '42P05';
 
 /**
  * What `completeOrAbort` raises when it changes no row (a cast error, SQLSTATE 22P02, whose
@@ -218,6 +228,14 @@ export function statementsFor(dialect: Exclude<Dialect, 'mysql'>, table: string,
 /** `completeOrAbort` changed no row: the claim's row is not the claim's any more (or has expired). @internal */
 export function isNotCompleted(error: unknown): boolean {
   return sqlState(error) === '22P02' && error instanceof Error && error.message.includes(NOT_COMPLETED);
+}
+
+/**
+ * `error` is PostgreSQL's answer (an ErrorResponse: node-postgres' DatabaseError, with its
+ * severity), not a failure of the socket, whose `code` (ECONNRESET, EPIPE) is no SQLSTATE. @internal
+ */
+export function answeredByServer(error: unknown): boolean {
+  return sqlState(error) !== undefined && typeof (error as { severity?: unknown } | null)?.severity === 'string';
 }
 
 /** The SQLSTATE of a driver error (PostgreSQL), if it has one. @internal */
