@@ -27,6 +27,13 @@ describe('sendTogether (node-postgres pipeline mode)', () => {
         return c as unknown as PgClient;
       },
     ],
+    [
+      'one after another (a node-postgres whose pipeline is read-only: it is not written to)',
+      (c) => {
+        Object.defineProperty(c, 'pipeline', { value: false, writable: false, enumerable: true });
+        return c as unknown as PgClient;
+      },
+    ],
   ];
 
   describe.each(modes)('%s', (_mode, prepare) => {

@@ -44,6 +44,16 @@ type PgCallback = (error: Error | null, result: PgResult) => void;
 export type PgStatement = readonly [sql: string, params?: readonly unknown[], name?: string];
 
 /**
+ * Whether the client has node-postgres 8.23's `pipeline`: a plain boolean field of its own, set by
+ * its constructor. Another shape (an older client without it, a later one that made it an accessor
+ * or read-only) is left alone, and the statements go one after another.
+ */
+function pipelines(client: PgClient): boolean {
+  const field = Object.getOwnPropertyDescriptor(client, 'pipeline');
+  return field?.writable === true && typeof field.value === 'boolean';
+}
+
+/**
  * Sends `statements` in order, in one write and, on a node-postgres that pipelines, in one round
  * trip; answers each one's outcome. Each statement has its own Sync, so a failed one does not
  * stop the next from running: inside a transaction block the next fails too (the transaction is
@@ -58,7 +68,7 @@ export async function sendTogether(
   client: PgClient,
   statements: readonly PgStatement[],
 ): Promise<PromiseSettledResult<PgResult>[]> {
-  if (!('pipeline' in client)) {
+  if (!pipelines(client)) {
     const outcomes: PromiseSettledResult<PgResult>[] = [];
     for (const statement of statements) {
       const previous = outcomes.at(-1);
