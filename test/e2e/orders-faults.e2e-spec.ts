@@ -19,9 +19,8 @@ import { startTcpProxy, type TcpProxy } from '../support/net/tcp-proxy.js';
 import { countForTenant, orderIdsOf } from '../support/orders/orders-db.js';
 import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
 import {
-  PG_COMMIT,
   PG_DURABLE_CLAIM,
-  PG_DURABLE_COMPLETE,
+  PG_DURABLE_COMPLETE_AND_COMMIT,
   REDIS_CLAIM,
   REDIS_COMPLETE,
 } from '../support/net/store-commands.js';
@@ -172,9 +171,9 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
     await expectRefusedThenCreatedOnce(attempt, first);
   });
 
-  it('at the commit, PostgreSQL cut as COMMIT is sent (nothing commits): 503 + Retry-After; after the lease the retry runs again: 201; one order, one charge', async () => {
+  it('at the commit, PostgreSQL cut as the completion and COMMIT are sent (nothing commits): 503 + Retry-After; after the lease the retry runs again: 201; one order, one charge', async () => {
     const attempt = newOrder();
-    const fault = pgProxy.arm({ after: PG_DURABLE_COMPLETE, match: PG_COMMIT, action: 'cut' });
+    const fault = pgProxy.arm({ match: PG_DURABLE_COMPLETE_AND_COMMIT, action: 'cut' });
     const first = await attempt.send();
     expect(fault.fired).toBe(true);
     await expectRefusedThenCreatedOnce(attempt, first);
@@ -182,7 +181,7 @@ describe('faults at each step of POST /orders (PostgreSQL + Redis behind TCP pro
 
   it('after the business commit, the reply to COMMIT lost: 503 + Retry-After; the retry, within the lease, replays the committed order (201) from the durable row; one order, one charge', async () => {
     const attempt = newOrder();
-    const fault = pgProxy.arm({ after: PG_DURABLE_COMPLETE, match: PG_COMMIT, action: 'cut-reply' });
+    const fault = pgProxy.arm({ match: PG_DURABLE_COMPLETE_AND_COMMIT, action: 'cut-reply' });
     const first = await attempt.send();
     expect(fault.fired).toBe(true);
     expect(first.status).toBe(503);

@@ -113,13 +113,13 @@ describe('embedded defaults as a process', () => {
 
   it('refuses bad configuration with a clear message and exit code 1', async () => {
     const { code, output } = await runOrdersProcessToExit(
-      { PORT: 'eighty', DATABASE_URL: 'mysql://root:hunter2@db/orders', LOG_LEVEL: 'loud' },
+      { PORT: 'eighty', DATABASE_URL: 'mssql://sa:hunter2@db/orders', LOG_LEVEL: 'loud' },
       cwd,
     );
     expect(code).toBe(1);
     expect(output).toContain('Invalid configuration of the orders service');
     expect(output).toContain('PORT must be an integer from 0 to 65535 (got "eighty")');
-    expect(output).toContain('DATABASE_URL must be a postgres:// or postgresql:// URL');
+    expect(output).toContain('DATABASE_URL must be a postgres://, postgresql://, mysql:// or mariadb:// URL');
     expect(output).toContain('LOG_LEVEL must be one of');
     expect(output).not.toContain('hunter2');
   });

@@ -11,9 +11,8 @@ import { startTcpProxy, type ChunkFault, type TcpProxy } from '../support/net/tc
 import { startOrdersCluster, type OrdersCluster } from '../support/orders/orders-cluster.js';
 import { newTenant, orderBody, type OrderBody } from '../support/orders/orders-fixtures.js';
 import {
-  PG_COMMIT,
   PG_DURABLE_CLAIM,
-  PG_DURABLE_COMPLETE,
+  PG_DURABLE_COMPLETE_AND_COMMIT,
   REDIS_CLAIM,
   REDIS_COMPLETE,
 } from '../support/net/store-commands.js';
@@ -91,8 +90,8 @@ const AIMED: Record<string, { proxy: 'redis' | 'pg'; fault: ChunkFault }> = {
   'redis claim reply lost': { proxy: 'redis', fault: { match: REDIS_CLAIM, action: 'cut-reply' } },
   'redis completion cut': { proxy: 'redis', fault: { match: REDIS_COMPLETE, action: 'cut' } },
   'pg durable claim cut': { proxy: 'pg', fault: { match: PG_DURABLE_CLAIM, action: 'cut' } },
-  'pg cut at COMMIT': { proxy: 'pg', fault: { after: PG_DURABLE_COMPLETE, match: PG_COMMIT, action: 'cut' } },
-  'pg COMMIT reply lost': { proxy: 'pg', fault: { after: PG_DURABLE_COMPLETE, match: PG_COMMIT, action: 'cut-reply' } },
+  'pg cut at COMMIT': { proxy: 'pg', fault: { match: PG_DURABLE_COMPLETE_AND_COMMIT, action: 'cut' } },
+  'pg COMMIT reply lost': { proxy: 'pg', fault: { match: PG_DURABLE_COMPLETE_AND_COMMIT, action: 'cut-reply' } },
 };
 
 export async function runSoak(

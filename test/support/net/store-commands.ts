@@ -24,9 +24,27 @@ export const REDIS_CLAIM = redisScriptCall(REDIS_STORE_SCRIPTS.claim);
 /** The Redis store's `complete` (on transactional routes: the fast tier following the commit). */
 export const REDIS_COMPLETE = redisScriptCall(REDIS_STORE_SCRIPTS.complete);
 
-/** The durable claim: the insert-if-absent of the `idempotency_records` row. */
-export const PG_DURABLE_CLAIM = /INSERT INTO \S*idempotency_records/;
-/** The durable completion, inside the business transaction. */
-export const PG_DURABLE_COMPLETE = /UPDATE \S*idempotency_records\S* SET state = 'completed'/;
-/** The end of a transaction (simple query protocol). */
-export const PG_COMMIT = /COMMIT/;
+/**
+ * A named prepared statement of the TypeORM store (`preparedStatements`, the default): after its
+ * first use on a connection, node-postgres sends only its name (Bind), not its text.
+ */
+const PG_STORE_PREPARED = /idempotency_[0-9a-f]{32}/;
+const latin1 = (chunk: Buffer) => chunk.toString('latin1');
+
+/**
+ * The durable claim of a transactional route: `BEGIN`, the insert-if-absent of the
+ * `idempotency_records` row and the handler's savepoint, sent in one write (its text, or its
+ * prepared statement's name beside the `BEGIN`).
+ */
+export const PG_DURABLE_CLAIM: ChunkPattern = (chunk) => {
+  const text = latin1(chunk);
+  return /INSERT INTO \S*idempotency_records/.test(text) || (/BEGIN/.test(text) && PG_STORE_PREPARED.test(text));
+};
+/**
+ * The durable completion and the `COMMIT` behind it, sent in one write: the completion fails when
+ * it changes no row, so the `COMMIT` commits the business writes only with the completed record.
+ */
+export const PG_DURABLE_COMPLETE_AND_COMMIT: ChunkPattern = (chunk) => {
+  const text = latin1(chunk);
+  return /COMMIT/.test(text) && (/SET state = 'completed'/.test(text) || PG_STORE_PREPARED.test(text));
+};
