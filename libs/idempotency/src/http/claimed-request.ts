@@ -297,6 +297,16 @@ interface ClaimedAttempt {
 const attempts = new WeakMap<object, ClaimedAttempt>();
 
 /**
+ * A claimed attempt of `request` exists and the caller is not inside its handler: the request is
+ * being subscribed again from outside (an outer `timeout()` dropped the attempt, then `retry()`),
+ * not handled by an interceptor bound twice on the route.
+ */
+export function resubscribedWhileClaimed(request: object): boolean {
+  const attempt = attempts.get(request);
+  return attempt !== undefined && !attempt.nested();
+}
+
+/**
  * Re-entry of a request already claimed (an outer `retry()` re-subscribing): the first attempt's
  * outcome, its failure re-thrown and its success handed out again, or undefined when that attempt
  * was released and the request may be claimed anew (docs/contract.md B.7 rule 17a).
