@@ -20,7 +20,13 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { randomUUID } from 'node:crypto';
 import { retry, timeout, type Observable } from 'rxjs';
 import type { DataSource, EntityManager } from 'typeorm';
-import { Idempotent, IdempotencyContext, IdempotencyContextRef, IdempotencyModule } from 'nestjs-idempotency';
+import {
+  Idempotent,
+  IdempotencyContext,
+  IdempotencyContextRef,
+  IdempotencyModule,
+  MemoryIdempotencyStore,
+} from 'nestjs-idempotency';
 import { RedisIdempotencyStore } from 'nestjs-idempotency/redis';
 import { TypeOrmIdempotencyStore } from 'nestjs-idempotency/typeorm';
 import { send, type HttpResult } from '../support/http/send.js';
@@ -275,5 +281,64 @@ describe.each<Platform>(['express', 'fastify'])('claimed request review (%s)', (
     expect({ during: during.status, retry: view(retried), rows, runs: runs.get(ref) }).toEqual(
       fail ? { during: 409, retry: '500', rows: 0, runs: 2 } : { during: 409, retry: 'replay 201', rows: 1, runs: 1 },
     );
+  });
+});
+
+/**
+ * Fastify with an asynchronous `onSend` hook (as @fastify/compress or @fastify/etag add): a
+ * handler's `reply.send()` reaches the response only after the hook, so a handler that answers
+ * and then fails has failed before its own answer is written.
+ */
+describe('claimed request review: Fastify with an async onSend hook', () => {
+  let schema: string;
+  let dataSource: DataSource;
+  let app: INestApplication;
+  let url: string;
+  const committed = async (ref: string) =>
+    Number((await dataSource.query('SELECT count(*) AS n FROM review_claimed_effects WHERE ref = $1', [ref]))[0].n);
+
+  beforeAll(async () => {
+    await (await connectPostgresOrFail()).end();
+    schema = await createThrowawaySchema('review_claimed_hook');
+    dataSource = await openIdempotencyDataSource(schema);
+    await dataSource.query('CREATE TABLE review_claimed_effects (ref text NOT NULL)');
+    @Module({
+      imports: [
+        IdempotencyModule.forRoot({
+          store: new MemoryIdempotencyStore(),
+          durableStore: new TypeOrmIdempotencyStore(dataSource),
+          tenant: () => 't',
+          principal: () => 'u',
+        }),
+      ],
+      controllers: [ReviewController],
+    })
+    class HookModule {}
+    const adapter = new FastifyAdapter();
+    adapter.getInstance().addHook('onSend', async (_request, _reply, payload) => {
+      await new Promise((resolve) => setImmediate(resolve));
+      return payload;
+    });
+    app = await NestFactory.create(HookModule, adapter, { rawBody: true, logger: false });
+    await app.listen(0, '127.0.0.1');
+    url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+  });
+  afterAll(async () => {
+    await app?.close();
+    await dataSource?.destroy();
+    if (schema) await dropSchema(schema);
+  });
+
+  it('a transactional @Res() handler that answers then fails: no success is sent for rolled-back writes', async () => {
+    const ref = randomUUID();
+    const key = randomUUID();
+    const first = await send(url, '/tx/write-then-throw', { key, body: { ref } });
+    let retried = await send(url, '/tx/write-then-throw', { key, body: { ref } });
+    while (retried.status === 409) retried = await send(url, '/tx/write-then-throw', { key, body: { ref } });
+    const rows = await committed(ref);
+    expect({ first: `${first.status} ${first.text}`, rows }).toEqual({
+      first: rows > 0 ? expect.stringMatching(/^201 /) : expect.not.stringMatching(/^2/),
+      rows,
+    });
   });
 });
