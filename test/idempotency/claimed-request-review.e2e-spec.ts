@@ -141,6 +141,17 @@ class ReviewController {
   }
 }
 
+/** A throwaway schema with the idempotency table and the business table the handlers write. */
+async function openEffects(prefix: string) {
+  await (await connectPostgresOrFail()).end();
+  const schema = await createThrowawaySchema(prefix);
+  const dataSource = await openIdempotencyDataSource(schema);
+  await dataSource.query('CREATE TABLE review_claimed_effects (ref text NOT NULL)');
+  const committed = async (ref: string) =>
+    Number((await dataSource.query('SELECT count(*) AS n FROM review_claimed_effects WHERE ref = $1', [ref]))[0].n);
+  return { schema, dataSource, committed };
+}
+
 describe.each<Platform>(['express', 'fastify'])('claimed request review (%s)', (platform) => {
   const prefix = `idem-review-claimed-${platform}-${randomUUID().slice(0, 8)}`;
   let schema: string;
@@ -148,17 +159,13 @@ describe.each<Platform>(['express', 'fastify'])('claimed request review (%s)', (
   let app: INestApplication;
   let url: string;
 
-  const committed = async (ref: string) =>
-    Number((await dataSource.query('SELECT count(*) AS n FROM review_claimed_effects WHERE ref = $1', [ref]))[0].n);
+  let committed: (ref: string) => Promise<number>;
   const view = (r: HttpResult | Error) =>
     r instanceof Error ? `error ${r.message}` : `${r.headers.get('idempotent-replayed') ? 'replay ' : ''}${r.status}`;
 
   beforeAll(async () => {
-    await (await connectPostgresOrFail()).end();
     await connectRedisOrFail();
-    schema = await createThrowawaySchema('review_claimed');
-    dataSource = await openIdempotencyDataSource(schema);
-    await dataSource.query('CREATE TABLE review_claimed_effects (ref text NOT NULL)');
+    ({ schema, dataSource, committed } = await openEffects('review_claimed'));
     @Module({
       imports: [
         IdempotencyModule.forRoot({
@@ -294,14 +301,10 @@ describe('claimed request review: Fastify with an async onSend hook', () => {
   let dataSource: DataSource;
   let app: INestApplication;
   let url: string;
-  const committed = async (ref: string) =>
-    Number((await dataSource.query('SELECT count(*) AS n FROM review_claimed_effects WHERE ref = $1', [ref]))[0].n);
+  let committed: (ref: string) => Promise<number>;
 
   beforeAll(async () => {
-    await (await connectPostgresOrFail()).end();
-    schema = await createThrowawaySchema('review_claimed_hook');
-    dataSource = await openIdempotencyDataSource(schema);
-    await dataSource.query('CREATE TABLE review_claimed_effects (ref text NOT NULL)');
+    ({ schema, dataSource, committed } = await openEffects('review_claimed_hook'));
     @Module({
       imports: [
         IdempotencyModule.forRoot({
