@@ -201,13 +201,7 @@ class ClaimedRequest implements Execution, ClaimedAttempt {
     const { settlement, routeAtStart } = this;
     const { policy, ownHeaders, handlerWrites, passthrough, redirects } = this.route;
     const own = settlement.handlerResponse;
-    if (own && (outcome.ok || !policy.transactional)) return toStored(own, ownHeaders);
-    if (own) {
-      // A transactional handler that answered, then failed: its writes roll back, so its answer
-      // must not go out as if they had not; the client and the record get its failure.
-      this.replaceOwnAnswer = renderHandlerOutcome(outcome, this.routeAtSettlement);
-      return toStored(this.replaceOwnAnswer, ownHeaders);
-    }
+    if (own) return this.recordOfOwnAnswer(own, outcome);
     // A handler that writes its own answer fails last on that write, once its work is done; a
     // passthrough handler that hits a sent response was still at work (setting a header).
     const answersItself = outcome.ok ? outcome.value === undefined : !passthrough && isHeadersSentError(outcome.error);
@@ -238,10 +232,23 @@ class ClaimedRequest implements Execution, ClaimedAttempt {
     // The route renders the outcome after the handler settled: its write, or the socket closing
     // first, decides; an outer layer that never writes is waited for up to `answerTimeoutMs`.
     const written = await settlement.writeAfterSettlement(policy.answerTimeoutMs);
+    // The handler's own write may land after it settled (a Fastify onSend hook that awaits).
+    const lateOwn = settlement.handlerResponse;
+    if (lateOwn) return this.recordOfOwnAnswer(lateOwn, outcome);
     if (written && isRenderingOf(written, outcome, { ...this.routeAtSettlement, redirects }, policy)) {
       return toStored(written, ownHeaders);
     }
     return toStored(renderHandlerOutcome(outcome, this.routeAtSettlement), ownHeaders);
+  }
+
+  /** The record of a handler that wrote its own answer. */
+  private recordOfOwnAnswer(own: CapturedResponse, outcome: HandlerOutcome): StoredResponse {
+    const { policy, ownHeaders } = this.route;
+    if (outcome.ok || !policy.transactional) return toStored(own, ownHeaders);
+    // A transactional handler that answered, then failed: its writes roll back, so its answer
+    // must not go out as if they had not; the client and the record get its failure.
+    this.replaceOwnAnswer = renderHandlerOutcome(outcome, this.routeAtSettlement);
+    return toStored(this.replaceOwnAnswer, ownHeaders);
   }
 
   /** {@link ClaimedAttempt.nested} */
@@ -295,6 +302,16 @@ interface ClaimedAttempt {
 
 /** Claimed attempts by request object: an outer `retry()` subscribes to the same request again. */
 const attempts = new WeakMap<object, ClaimedAttempt>();
+
+/**
+ * A claimed attempt of `request` exists and the caller is not inside its handler: the request is
+ * being subscribed again from outside (an outer `timeout()` dropped the attempt, then `retry()`),
+ * not handled by an interceptor bound twice on the route.
+ */
+export function resubscribedWhileClaimed(request: object): boolean {
+  const attempt = attempts.get(request);
+  return attempt !== undefined && !attempt.nested();
+}
 
 /**
  * Re-entry of a request already claimed (an outer `retry()` re-subscribing): the first attempt's

@@ -109,6 +109,9 @@ export class HandlerSettlement {
     if (handlerFlow.getStore() === this.flowToken || this.answeredByHandlerCallback()) {
       this.ownWrite ??= captured;
       for (const waiter of this.ownWriteWaiters.splice(0)) waiter(captured);
+      // Landing after the handler settled (a Fastify onSend hook that awaits), it is also the
+      // answer a wait for the rendering ends with: the event, not answerTimeoutMs, decides.
+      if (this.outcome) for (const waiter of this.laterWriteWaiters.splice(0)) waiter(captured);
       return 'handler';
     }
     if (!this.outcome) {

@@ -20,7 +20,13 @@ import type { IdempotencyProblemException, IdempotencyProblemKind } from '../err
 import type { ResolvedModuleSettings, ResolvedPolicy } from '../idempotency.options.js';
 import { IDEMPOTENCY_SETTINGS } from '../idempotency.tokens.js';
 import type { StoredResponse } from '../interfaces/idempotency-record.interface.js';
-import { reenteredAttempt, responseAnswered, runClaimedRequest, type ClaimedRequestDeps } from './claimed-request.js';
+import {
+  reenteredAttempt,
+  responseAnswered,
+  resubscribedWhileClaimed,
+  runClaimedRequest,
+  type ClaimedRequestDeps,
+} from './claimed-request.js';
 import { computeFingerprint } from './fingerprint/fingerprint.js';
 import { bodyBytesOf, receivedKey, type HttpRequest, type HttpResponse } from './http-request.js';
 import { parseIdempotencyKey, type ParsedKey } from './idempotency-key.parser.js';
@@ -69,7 +75,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const request = context.switchToHttp().getRequest<HttpRequest>();
     if (!route || !route.policy.methodSet.has(request.method.toUpperCase())) return next.handle();
     // Bound twice on the route: the interceptor already handling the request decides; see enterRequest().
-    const entry = enterRequest(request);
+    let entry = enterRequest(request);
+    // The handling mark of an attempt that an outer `timeout()` dropped stays until it ends: a
+    // subscription again from outside its handler is a re-entry (it gets that attempt's outcome),
+    // never a pass-through that would run the handler beside it.
+    if (entry === 'nested' && resubscribedWhileClaimed(request)) entry = 'outside';
     if (entry === 'nested') return next.handle();
     if (entry === 'outside') return runForRequest(request, context, () => this.intercept(context, next));
     const { policy } = route;

@@ -55,9 +55,13 @@ const MAX_VALUE_BYTES = 0xffff;
 
 type Headers = Record<string, string | string[]>;
 
+/** A lone surrogate: UTF-8 cannot hold it (it would come back as U+FFFD); JSON escapes it. */
+const LONE_SURROGATE = /\p{Cs}/u;
+
 /**
  * `headers` in the compact form, or undefined when one does not fit it (a name over 255 bytes or
- * a value over 65,535 bytes of UTF-8, or an empty array): such a response keeps its JSON headers.
+ * a value over 65,535 bytes of UTF-8, a lone surrogate, or an empty array): such a response keeps
+ * its JSON headers.
  */
 export function encodeCompactHeaders(headers: Readonly<Headers>): Buffer | undefined {
   // Two passes, sizes then bytes: one allocation per record.
@@ -66,13 +70,15 @@ export function encodeCompactHeaders(headers: Readonly<Headers>): Buffer | undef
     const value = headers[name]!;
     const elements = Array.isArray(value) ? value : [value];
     if (elements.length === 0) return undefined;
-    const nameBytes = NAME_CODES.has(name) ? 0 : Buffer.byteLength(name, 'utf8');
-    if (nameBytes > MAX_NAME_BYTES) return undefined;
+    // A literal name costs its length byte even when it is empty: `''` is not a table entry.
+    const literalName = !NAME_CODES.has(name);
+    const nameBytes = literalName ? Buffer.byteLength(name, 'utf8') : 0;
+    if (nameBytes > MAX_NAME_BYTES || (literalName && LONE_SURROGATE.test(name))) return undefined;
     for (const element of elements) {
-      length += nameBytes === 0 ? 2 : 3 + nameBytes;
+      length += literalName ? 3 + nameBytes : 2;
       if (VALUE_CODES.has(element)) continue;
       const valueBytes = Buffer.byteLength(element, 'utf8');
-      if (valueBytes > MAX_VALUE_BYTES) return undefined;
+      if (valueBytes > MAX_VALUE_BYTES || LONE_SURROGATE.test(element)) return undefined;
       length += 2 + valueBytes;
     }
   }
