@@ -38,6 +38,9 @@ import { hasNullBody, pickHeaders, replayedHeaders, writeAnswer } from './stored
 
 export type { ResolvedScope } from './request-scope.js';
 
+/** Requests whose first subscription is still deciding, before any handler of theirs runs. */
+const deciding = new WeakSet<object>();
+
 /**
  * The HTTP adapter of the engine (docs/contract.md B.1–B.11): reads the key, resolves the scope,
  * fingerprints the request, then replays, rejects, or runs the handler once and stores what it
@@ -80,8 +83,29 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // subscription again from outside its handler is a re-entry (it gets that attempt's outcome),
     // never a pass-through that would run the handler beside it.
     if (entry === 'nested' && resubscribedWhileClaimed(request)) entry = 'outside';
+    // Subscribed again while the first subscription still decides (an outer `timeout()` fired
+    // before the claim was made): no handler of this request runs yet, so this is no interceptor
+    // bound twice; passing it through would run the handler unprotected beside the claim.
+    if (entry === 'nested' && deciding.has(request)) {
+      throw this.createProblem('idempotency-request-in-progress', { retryAfterSeconds: 1 });
+    }
     if (entry === 'nested') return next.handle();
     if (entry === 'outside') return runForRequest(request, context, () => this.intercept(context, next));
+    deciding.add(request);
+    try {
+      return await this.claimAndRun(context, next, route, request);
+    } finally {
+      deciding.delete(request);
+    }
+  }
+
+  /** The key, the scope and the fingerprint, the claim, and what it answers (its handler run, a replay, a refusal). */
+  private async claimAndRun(
+    context: ExecutionContext,
+    next: CallHandler,
+    route: RouteState,
+    request: HttpRequest,
+  ): Promise<Observable<unknown>> {
     const { policy } = route;
 
     const parsed = this.getKey(request, policy);
