@@ -62,7 +62,7 @@ describe.each(['express', 'fastify'] as const)('re-subscribed before the claim i
     @Module({
       imports: [
         IdempotencyModule.forRoot({
-          store: new RedisIdempotencyStore(redis, { keyPrefix: prefix }),
+          store: new RedisIdempotencyStore(redis, { prefix }),
           tenant: () => 't',
           principal: () => 'u',
         }),
