@@ -158,6 +158,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
           await this.engine.abandon(begun.claim).catch(() => undefined);
           return of(undefined);
         }
+        // Decided: from here the handler may run, and an interceptor bound twice inside it passes through.
+        deciding.delete(request);
         try {
           return runClaimedRequest(context, next, begun.claim, route, echo, this.claimedRequestDeps);
         } catch (error) {
