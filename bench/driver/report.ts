@@ -1,6 +1,6 @@
 import { loadavg } from 'node:os';
 import { median } from './redis-stats.js';
-import { RATIOS, type ScenarioName, SCENARIOS } from './scenarios.js';
+import { FRESH_REDIS_CPU_OVER_PLAIN_TARGET, RATIOS, type ScenarioName, SCENARIOS } from './scenarios.js';
 
 /** One scenario's measurement in one round. */
 export interface Sample {
@@ -164,6 +164,14 @@ export function formatSummary(summary: Summary): string {
     ...rows.map(line),
     '',
   ];
+  const freshOverPlain = summary.details.scenarios.find((s) => s.name === 'fresh-redis')?.cpuOverPlainMicrosPerRequest;
+  if (freshOverPlain !== undefined) {
+    const met = freshOverPlain <= FRESH_REDIS_CPU_OVER_PLAIN_TARGET;
+    out.push(
+      `fresh-redis server CPU over plain: ${freshOverPlain} µs/req target <= ${FRESH_REDIS_CPU_OVER_PLAIN_TARGET}: ${met ? 'met' : 'MISSED'}`,
+      '',
+    );
+  }
   out.push('Ratios (median of the same-round ratios):');
   for (const ratio of summary.ratios) {
     const verdict =

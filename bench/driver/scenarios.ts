@@ -50,14 +50,18 @@ export interface RatioSpec {
   readonly target?: number;
 }
 
-/** The targets of issue 14; the other ratios are context. */
+/** Issue 31: a fresh request on Redis costs at most this much server CPU (µs) over `plain`. */
+export const FRESH_REDIS_CPU_OVER_PLAIN_TARGET = 90;
+
+/** The targets of issues 31 and 14; the other ratios are context. */
 export const RATIOS: readonly RatioSpec[] = [
-  // Issue 31's targets for these three (issue 14 asked 1.05, 1.15 and 0.90); the other two are issue 14's.
+  // Issue 31's targets for these three (issue 14 asked 1.05, 1.15 and 0.90) and for fresh-durable /
+  // plain-tx (issue 14 asked 0.75); replay-redis / floor-replay keeps issue 14's, issue 31 sets none.
   { numerator: 'fresh-redis', denominator: 'peer-fresh', target: 0.85 },
   { numerator: 'replay-redis', denominator: 'peer-replay', target: 1.0 },
   { numerator: 'fresh-redis', denominator: 'floor-fresh', target: 0.85 },
   { numerator: 'replay-redis', denominator: 'floor-replay', target: 0.9 },
-  { numerator: 'fresh-durable', denominator: 'plain-tx', target: 0.75 },
+  { numerator: 'fresh-durable', denominator: 'plain-tx', target: 0.6 },
   { numerator: 'fresh-redis', denominator: 'plain' },
   { numerator: 'replay-redis', denominator: 'plain' },
   { numerator: 'fresh-durable', denominator: 'plain' },

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, hash } from 'node:crypto';
 
 /**
  * A dimension a key can be made unique within (docs/contract.md B.3 rule 10).
@@ -112,7 +112,7 @@ export function buildScopedKey(parts: ScopeParts, scope: readonly ScopeDimension
   }
   encoded.push(['key', parts.key]);
   const scopeKey = JSON.stringify(encoded);
-  const id = createHash('sha256').update(scopeKey, 'utf8').digest('hex').slice(0, ID_HEX_CHARS);
+  const id = hash('sha256', scopeKey, 'hex').slice(0, ID_HEX_CHARS);
   return { id, scopeKey };
 }
 

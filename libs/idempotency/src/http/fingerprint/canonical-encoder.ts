@@ -1,5 +1,5 @@
 /** The self-delimiting encoding of the fingerprint's parts, hashed once into its digest. */
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 import type { UrlencodedPair } from './urlencoded-pairs.js';
 
 const MAX_VALUE_DEPTH = 1000;
@@ -123,8 +123,9 @@ export class CanonicalEncoder {
     }
   }
 
-  digest(): Buffer {
-    return createHash('sha256').update(this.out, 'utf16le').digest();
+  /** SHA-256 of the encoding, base64url. One-shot `hash()`: a `Hash` object per request costs twice as much. */
+  digest(): string {
+    return hash('sha256', Buffer.from(this.out, 'utf16le'), 'base64url');
   }
 }
 

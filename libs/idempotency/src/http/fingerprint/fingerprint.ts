@@ -62,13 +62,14 @@ export async function computeFingerprint(input: FingerprintInput): Promise<strin
   out.text(input.method);
   out.text(input.routeTemplate);
   out.textMap(input.pathParams);
-  writeQuery(out, Buffer.from(input.query, 'utf8'));
+  if (input.query === '') out.count(0);
+  else writeQuery(out, Buffer.from(input.query, 'utf8'));
   out.text(mediaType);
   writeBody(out, body);
   const headers = (input.headers ?? []).map(([name, value]): [string, string] => [name.toLowerCase(), value]);
   out.textPairs(headers.sort(byFirst));
   out.textMap(input.extra ?? {});
-  return out.digest().toString('base64url');
+  return out.digest();
 }
 
 /**
