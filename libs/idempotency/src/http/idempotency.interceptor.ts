@@ -38,8 +38,19 @@ import { hasNullBody, pickHeaders, replayedHeaders, writeAnswer } from './stored
 
 export type { ResolvedScope } from './request-scope.js';
 
-/** Requests whose first subscription is still deciding, before any handler of theirs runs. */
-const deciding = new WeakSet<object>();
+/**
+ * Set on a request while its first subscription is still deciding, before any handler of theirs
+ * runs. A field on the request rather than a `WeakSet`: a weak collection entry per request costs
+ * more and, keyed by young objects, makes work for every young-generation collection.
+ */
+const DECIDING = Symbol('idempotency.deciding');
+type DecidingMark = { [DECIDING]?: boolean };
+const deciding = {
+  has: (request: object) => (request as DecidingMark)[DECIDING] === true,
+  add: (request: object) => void ((request as DecidingMark)[DECIDING] = true),
+  // Cleared by assignment: a `delete` would turn Node's request object into a slow dictionary.
+  delete: (request: object) => void ((request as DecidingMark)[DECIDING] = false),
+};
 
 /**
  * The HTTP adapter of the engine (docs/contract.md B.1–B.11): reads the key, resolves the scope,

@@ -90,4 +90,45 @@ describe('ResponseCapture', () => {
     expect(res.headers.location).toBeUndefined();
     expect(res.headers['content-length']).toBe(String(replacement.body.length));
   });
+
+  it('captures stacked on one response (an outer retry() claiming again) each see the answer once, innermost first, and it goes out once', async () => {
+    const seen: string[] = [];
+    const server: Server = createServer((_req, res) => {
+      // Four attempts of one request, as an outer retry() makes them: each installs its capture
+      // over whatever the previous one left installed; only the last one's writer writes.
+      for (const attempt of [1, 2, 3, 4]) {
+        new ResponseCapture(res, 1024, async (captured) => {
+          seen.push(`${attempt}:${captured.statusCode}:${captured.body?.toString()}`);
+        });
+      }
+      res.statusCode = 503;
+      res.end('{"attempt":4}');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    const { port } = server.address() as AddressInfo;
+    try {
+      const body = await new Promise<string>((resolve, reject) => {
+        request({ port, host: '127.0.0.1', path: '/' }, (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (chunk: Buffer) => chunks.push(chunk));
+          res.on('end', () => resolve(`${res.statusCode} ${Buffer.concat(chunks).toString()}`));
+        })
+          .on('error', reject)
+          .end();
+      });
+      expect({ body, seen }).toEqual({
+        body: '503 {"attempt":4}',
+        seen: ['4:503:{"attempt":4}', '3:503:{"attempt":4}', '2:503:{"attempt":4}', '1:503:{"attempt":4}'],
+      });
+    } finally {
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('passes on to its capture only with the response as `this`, as Node.js own methods do', () => {
+    const res = { getHeaders: () => ({}), statusCode: 200 } as unknown as ServerResponse;
+    new ResponseCapture(res, 1024, async () => undefined);
+    const detachedEnd = res.end;
+    expect(() => detachedEnd.call(undefined)).toThrow(TypeError);
+  });
 });

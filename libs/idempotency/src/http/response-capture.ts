@@ -55,23 +55,46 @@ export class ResponseCapture {
     this.originalWrite = raw.write as unknown as Write;
     this.originalEnd = raw.end as unknown as End;
     const patched = raw as unknown as Record<'writeHead' | 'write' | 'end', unknown>;
-    patched.writeHead = (...args: Parameters<WriteHead>) => {
-      // Once ended, the answer is fixed: a later writer (an exception filter, Nest writing a
-      // passthrough result) must not change the status or headers of the held response.
-      if (!this.endCalled) this.headArgs = args;
-      return raw;
-    };
-    patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) => {
-      this.append(chunk, encoding);
-      if (typeof callback === 'function') process.nextTick(callback as () => void);
-      else if (typeof encoding === 'function') process.nextTick(encoding as () => void);
-      return true;
-    };
-    patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) => {
-      if (typeof chunk === 'function') return this.finish(undefined, undefined, chunk);
-      if (typeof encoding === 'function') return this.finish(chunk, undefined, encoding);
-      return this.finish(chunk, encoding, callback);
-    };
+    if ((raw as Held)[CAPTURE] !== undefined) {
+      // Captured before (an attempt an outer `retry()` dropped or released): the shared functions
+      // pass on to that first capture, so this one wraps whatever is installed with closures of
+      // its own, and each capture passes on to the one it wrapped.
+      patched.writeHead = (...args: Parameters<WriteHead>) => this.heldWriteHead(args);
+      patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) =>
+        this.heldWrite(chunk, encoding, callback);
+      patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) => this.heldEnd(chunk, encoding, callback);
+    } else {
+      // Functions shared by every response, not closures made per response: a closure installed
+      // on the response is remembered by the call sites that call it (Express's `res.end`), and
+      // V8's young-generation collector then keeps the whole request alive and promotes it.
+      (raw as Held)[CAPTURE] = this;
+      patched.writeHead = heldWriteHead;
+      patched.write = heldWrite;
+      patched.end = heldEnd;
+    }
+  }
+
+  /** `writeHead` while held. */
+  heldWriteHead(args: Parameters<WriteHead>): ServerResponse {
+    // Once ended, the answer is fixed: a later writer (an exception filter, Nest writing a
+    // passthrough result) must not change the status or headers of the held response.
+    if (!this.endCalled) this.headArgs = args;
+    return this.raw;
+  }
+
+  /** `write` while held. */
+  heldWrite(chunk: unknown, encoding?: unknown, callback?: unknown): boolean {
+    this.append(chunk, encoding);
+    if (typeof callback === 'function') process.nextTick(callback as () => void);
+    else if (typeof encoding === 'function') process.nextTick(encoding as () => void);
+    return true;
+  }
+
+  /** `end` while held. */
+  heldEnd(chunk?: unknown, encoding?: unknown, callback?: unknown): ServerResponse {
+    if (typeof chunk === 'function') return this.finish(undefined, undefined, chunk);
+    if (typeof encoding === 'function') return this.finish(chunk, undefined, encoding);
+    return this.finish(chunk, encoding, callback);
   }
 
   /** True once the response was ended by whoever wrote it. */
@@ -190,7 +213,28 @@ export class ResponseCapture {
 
 /** Set on a response while it is held: its `headersSent` and `writableEnded` then read true. */
 const HELD_AS_SENT = Symbol('idempotency.heldAsSent');
-type Held = { [HELD_AS_SENT]?: boolean };
+/** The capture a response's shared `writeHead`, `write` and `end` pass on to. */
+const CAPTURE = Symbol('idempotency.responseCapture');
+type Held = { [HELD_AS_SENT]?: boolean; [CAPTURE]?: ResponseCapture };
+
+/** The capture of the response the shared functions are called on, as Node's own are. */
+function captureOf(response: unknown, method: string): ResponseCapture {
+  const capture = (response as Held | undefined)?.[CAPTURE];
+  if (!capture) throw new TypeError(`ServerResponse.${method} was called without its response as \`this\``);
+  return capture;
+}
+
+function heldWriteHead(this: unknown, ...args: Parameters<WriteHead>): ServerResponse {
+  return captureOf(this, 'writeHead').heldWriteHead(args);
+}
+
+function heldWrite(this: unknown, chunk: unknown, encoding?: unknown, callback?: unknown): boolean {
+  return captureOf(this, 'write').heldWrite(chunk, encoding, callback);
+}
+
+function heldEnd(this: unknown, chunk?: unknown, encoding?: unknown, callback?: unknown): ServerResponse {
+  return captureOf(this, 'end').heldEnd(chunk, encoding, callback);
+}
 
 /**
  * One accessor per name, shared by every response: true while held, else what the prototype
