@@ -62,7 +62,8 @@ export class ResponseCapture {
       patched.writeHead = (...args: Parameters<WriteHead>) => this.heldWriteHead(args);
       patched.write = (chunk: unknown, encoding?: unknown, callback?: unknown) =>
         this.heldWrite(chunk, encoding, callback);
-      patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) => this.heldEnd(chunk, encoding, callback);
+      patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) =>
+        this.heldEnd(chunk, encoding, callback);
     } else {
       // Functions shared by every response, not closures made per response: a closure installed
       // on the response is remembered by the call sites that call it (Express's `res.end`), and
