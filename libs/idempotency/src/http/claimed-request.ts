@@ -303,10 +303,9 @@ interface ClaimedAttempt {
 /**
  * The claimed attempt of a request, kept on the request object: an outer `retry()` subscribes to
  * the same request again. Not a `WeakMap` keyed by the request: the attempt references the
- * request back, and V8's young-generation collector keeps the value of a weak entry alive while
- * its key is young, so every request's whole object graph would outlive the collection and be
- * promoted to the old generation (measured: 3 to 4 MB promoted per scavenge at 1,400 requests/s,
- * scavenges three times as long; docs/performance.md).
+ * request back, an entry only a full collection can prove dead: V8's young-generation collections
+ * kept every claimed request's whole object graph and promoted it to the old generation
+ * (docs/performance.md, "Garbage the library kept alive").
  */
 const ATTEMPT = Symbol('idempotency.attempt');
 type AttemptCarrier = { [ATTEMPT]?: ClaimedAttempt };

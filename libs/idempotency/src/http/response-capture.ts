@@ -65,9 +65,9 @@ export class ResponseCapture {
       patched.end = (chunk?: unknown, encoding?: unknown, callback?: unknown) =>
         this.heldEnd(chunk, encoding, callback);
     } else {
-      // Functions shared by every response, not closures made per response: a closure installed
-      // on the response is remembered by the call sites that call it (Express's `res.end`), and
-      // V8's young-generation collector then keeps the whole request alive and promotes it.
+      // Functions shared by every response, not closures made per response: closures installed
+      // on the response kept each request's objects alive through V8's young-generation
+      // collections (docs/performance.md, "Garbage the library kept alive").
       (raw as Held)[CAPTURE] = this;
       patched.writeHead = heldWriteHead;
       patched.write = heldWrite;
