@@ -128,7 +128,7 @@ describe('ResponseCapture', () => {
   it('passes on to its capture only with the response as `this`, as Node.js own methods do', () => {
     const res = { getHeaders: () => ({}), statusCode: 200 } as unknown as ServerResponse;
     new ResponseCapture(res, 1024, async () => undefined);
-    const detachedEnd = res.end;
+    const detachedEnd = res.end as (this: unknown) => unknown;
     expect(() => detachedEnd.call(undefined)).toThrow(TypeError);
   });
 });
