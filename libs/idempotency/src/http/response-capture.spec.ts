@@ -30,6 +30,28 @@ async function serve(
   }
 }
 
+/** Status, content type and body a client receives from a server whose handler is `handle`. */
+async function answerOf(handle: (res: ServerResponse) => void): Promise<string> {
+  const server: Server = createServer((_req, res) => handle(res));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address() as AddressInfo;
+  try {
+    return await new Promise<string>((resolve, reject) => {
+      request({ port, host: '127.0.0.1', path: '/' }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          resolve(`${res.statusCode} ${res.headers['content-type']} ${Buffer.concat(chunks).toString()}`),
+        );
+      })
+        .on('error', reject)
+        .end();
+    });
+  } finally {
+    await new Promise((resolve) => server.close(resolve));
+  }
+}
+
 const replacement: ReplacementResponse = {
   statusCode: 503,
   headers: { 'content-type': 'application/problem+json', 'retry-after': '1' },
@@ -123,6 +145,72 @@ describe('ResponseCapture', () => {
     } finally {
       await new Promise((resolve) => server.close(resolve));
     }
+  });
+
+  it('stacked captures whose writes overflow: the body streams through once, each capture records it as omitted', async () => {
+    const seen: string[] = [];
+    const answer = await answerOf((res) => {
+      for (const attempt of [1, 2]) {
+        new ResponseCapture(res, 4, async (captured) => {
+          seen.push(`${attempt}:${captured.statusCode}:${captured.bodyOmitted}:${captured.body === undefined}`);
+        });
+      }
+      res.setHeader('Content-Type', 'text/plain');
+      res.write('01234');
+      res.write('56789');
+      res.end('!');
+    });
+    expect({ answer, seen }).toEqual({
+      answer: '200 text/plain 0123456789!',
+      seen: ['2:200:true:true', '1:200:true:true'],
+    });
+  });
+
+  it('a wrapper installed between two captures (compression-style, calling what it wrapped with `this` or the response, one turn later) reaches the first capture', async () => {
+    const seen: string[] = [];
+    const answer = await answerOf((res) => {
+      new ResponseCapture(res, 1024, async (captured) => {
+        seen.push(`1:${captured.statusCode}:${captured.body?.toString()}`);
+      });
+      const write = res.write as (this: ServerResponse, chunk: unknown) => boolean;
+      const end = res.end as (this: ServerResponse) => ServerResponse;
+      res.write = function (this: ServerResponse, chunk: unknown) {
+        return write.call(this, String(chunk).toUpperCase());
+      } as unknown as ServerResponse['write'];
+      res.end = function (this: ServerResponse, chunk?: unknown) {
+        if (chunk) write.call(this, String(chunk).toUpperCase());
+        setImmediate(() => end.call(res));
+        return this;
+      } as unknown as ServerResponse['end'];
+      new ResponseCapture(res, 1024, async (captured) => {
+        seen.push(`2:${captured.statusCode}:${captured.body?.toString()}`);
+      });
+      res.setHeader('Content-Type', 'text/plain');
+      res.statusCode = 201;
+      res.write('a');
+      res.end('b');
+    });
+    expect({ answer, seen }).toEqual({ answer: '201 text/plain AB', seen: ['2:201:ab', '1:201:AB'] });
+  });
+
+  it('captures of two copies of this module (ESM and CommonJS builds loaded together: two symbols) stacked on one response each see the answer once, and it goes out once', async () => {
+    const specifier = './response-capture.js?second-copy';
+    const copy = (await import(specifier)) as typeof import('./response-capture.js');
+    expect(copy.ResponseCapture).not.toBe(ResponseCapture);
+    const seen: string[] = [];
+    const answer = await answerOf((res) => {
+      [ResponseCapture, copy.ResponseCapture, ResponseCapture, copy.ResponseCapture].forEach((Capture, i) => {
+        new Capture(res, 1024, async (captured) => {
+          seen.push(`${i + 1}:${captured.statusCode}:${captured.body?.toString()}`);
+        });
+      });
+      res.writeHead(202, { 'Content-Type': 'text/plain' });
+      res.end('once');
+    });
+    expect({ answer, seen }).toEqual({
+      answer: '202 text/plain once',
+      seen: ['4:202:once', '3:202:once', '2:202:once', '1:202:once'],
+    });
   });
 
   it('passes on to its capture only with the response as `this`, as Node.js own methods do', () => {
