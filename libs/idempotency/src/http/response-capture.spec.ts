@@ -2,15 +2,9 @@ import { createServer, request, type IncomingHttpHeaders, type Server, type Serv
 import type { AddressInfo } from 'node:net';
 import { ResponseCapture, type CapturedResponse, type ReplacementResponse } from './response-capture.js';
 
-/** A real HTTP server whose handler writes through a ResponseCapture, and a client reading it. */
-async function serve(
-  write: (res: ServerResponse) => void,
-  onEnd: (captured: CapturedResponse) => Promise<ReplacementResponse | void>,
-) {
-  const server: Server = createServer((_req, res) => {
-    new ResponseCapture(res, 1024, onEnd);
-    write(res);
-  });
+/** What a client receives from a real HTTP server whose handler is `handle`. */
+async function exchange(handle: (res: ServerResponse) => void) {
+  const server: Server = createServer((_req, res) => handle(res));
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address() as AddressInfo;
   try {
@@ -30,26 +24,21 @@ async function serve(
   }
 }
 
+/** A handler that writes through a ResponseCapture, and what the client receives. */
+function serve(
+  write: (res: ServerResponse) => void,
+  onEnd: (captured: CapturedResponse) => Promise<ReplacementResponse | void>,
+) {
+  return exchange((res) => {
+    new ResponseCapture(res, 1024, onEnd);
+    write(res);
+  });
+}
+
 /** Status, content type and body a client receives from a server whose handler is `handle`. */
 async function answerOf(handle: (res: ServerResponse) => void): Promise<string> {
-  const server: Server = createServer((_req, res) => handle(res));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as AddressInfo;
-  try {
-    return await new Promise<string>((resolve, reject) => {
-      request({ port, host: '127.0.0.1', path: '/' }, (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () =>
-          resolve(`${res.statusCode} ${res.headers['content-type']} ${Buffer.concat(chunks).toString()}`),
-        );
-      })
-        .on('error', reject)
-        .end();
-    });
-  } finally {
-    await new Promise((resolve) => server.close(resolve));
-  }
+  const { status, headers, body } = await exchange(handle);
+  return `${status} ${headers['content-type']} ${body}`;
 }
 
 const replacement: ReplacementResponse = {
@@ -115,7 +104,7 @@ describe('ResponseCapture', () => {
 
   it('captures stacked on one response (an outer retry() claiming again) each see the answer once, innermost first, and it goes out once', async () => {
     const seen: string[] = [];
-    const server: Server = createServer((_req, res) => {
+    const answer = await answerOf((res) => {
       // Four attempts of one request, as an outer retry() makes them: each installs its capture
       // over whatever the previous one left installed; only the last one's writer writes.
       for (const attempt of [1, 2, 3, 4]) {
@@ -124,27 +113,13 @@ describe('ResponseCapture', () => {
         });
       }
       res.statusCode = 503;
+      res.setHeader('Content-Type', 'application/json');
       res.end('{"attempt":4}');
     });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    const { port } = server.address() as AddressInfo;
-    try {
-      const body = await new Promise<string>((resolve, reject) => {
-        request({ port, host: '127.0.0.1', path: '/' }, (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (chunk: Buffer) => chunks.push(chunk));
-          res.on('end', () => resolve(`${res.statusCode} ${Buffer.concat(chunks).toString()}`));
-        })
-          .on('error', reject)
-          .end();
-      });
-      expect({ body, seen }).toEqual({
-        body: '503 {"attempt":4}',
-        seen: ['4:503:{"attempt":4}', '3:503:{"attempt":4}', '2:503:{"attempt":4}', '1:503:{"attempt":4}'],
-      });
-    } finally {
-      await new Promise((resolve) => server.close(resolve));
-    }
+    expect({ answer, seen }).toEqual({
+      answer: '503 application/json {"attempt":4}',
+      seen: ['4:503:{"attempt":4}', '3:503:{"attempt":4}', '2:503:{"attempt":4}', '1:503:{"attempt":4}'],
+    });
   });
 
   it('stacked captures whose writes overflow: the body streams through once, each capture records it as omitted', async () => {
